@@ -1,0 +1,107 @@
+/*
+ * attn_tile.h: online-softmax attention of a tile of query rows (the GT query
+ * heads of one KV group that a work-group owns) to a stream of key tiles.
+ * Every branch of NSA and the dense baseline reduce to "attend these rows to a
+ * contiguous range of keys", so they all go through attend_range().
+ *
+ * Required defines: WG (work-group size), GT (query rows per work-group),
+ * DK, DV (head dims), TK (keys per tile), ACC_N = ceil(GT*DV / WG)
+ * (output elements each work-item owns).
+ *
+ * Local memory (floats): qs[GT*DK], ks[TK*DK], vs[TK*DV], ps[GT*TK],
+ * and m, l, alpha[GT] (running max, running sum, last rescale factor).
+ * Rows past the real head count hold zero queries; their results are unused.
+ */
+
+/* The local arrays travel as separate pointers (not in a struct: PoCL 3.1
+ * was seen to lose stores made through __local pointers held in a struct). */
+#define ATTN_SMEM_PARAMS                                                                     \
+    __local float *qs, __local float *ks, __local float *vs, __local float *ps,               \
+        __local float *m_run, __local float *l_run, __local float *alpha
+#define ATTN_SMEM qs, ks, vs, ps, m_run, l_run, alpha
+
+inline void attn_reset(ATTN_SMEM_PARAMS, float acc[ACC_N], int lid)
+{
+    for (int g = lid; g < GT; g += WG) {
+        m_run[g] = -INFINITY;
+        l_run[g] = 0.0f;
+    }
+    for (int i = 0; i < ACC_N; ++i) acc[i] = 0.0f;
+}
+
+/* One key tile of nk keys, already in ks / vs. Ends with a barrier so
+ * that the caller may overwrite the tile afterwards. */
+inline void attend_tile(ATTN_SMEM_PARAMS, float acc[ACC_N], int nk, float scale, int lid)
+{
+    for (int idx = lid; idx < GT * TK; idx += WG) {
+        int g = idx / TK, j = idx - g * TK;
+        float s = -INFINITY;
+        if (j < nk) {
+            float dot = 0.0f;
+            for (int d = 0; d < DK; ++d) dot = fma(qs[g * DK + d], ks[j * DK + d], dot);
+            s = dot * scale;
+        }
+        ps[idx] = s;
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+    /* A row whose max is still -inf has seen no key: keep its state, p = 0.
+     * (Written as an outer uniform loop: PoCL 3.1 miscompiles this body in
+     * the form `for (g = lid; g < GT; g += WG)`; Oclgrind finds no race.) */
+    for (int g0 = 0; g0 < GT; g0 += WG) {
+        const int g = g0 + lid;
+        if (g >= GT) break;
+        float m_old = m_run[g], m_new = m_old;
+        for (int j = 0; j < nk; ++j) m_new = fmax(m_new, ps[g * TK + j]);
+        float a = (m_new == -INFINITY) ? 1.0f : exp(m_old - m_new);
+        float sum = 0.0f;
+        for (int j = 0; j < nk; ++j) {
+            float p = (m_new == -INFINITY) ? 0.0f : exp(ps[g * TK + j] - m_new);
+            ps[g * TK + j] = p;
+            sum += p;
+        }
+        l_run[g] = l_run[g] * a + sum;
+        m_run[g] = m_new;
+        alpha[g] = a;
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+    for (int i = 0; i < ACC_N; ++i) {
+        int idx = lid + i * WG;
+        if (idx < GT * DV) {
+            int g = idx / DV, d = idx - g * DV;
+            float a = acc[i] * alpha[g];
+            for (int j = 0; j < nk; ++j) a = fma(ps[g * TK + j], vs[j * DV + d], a);
+            acc[i] = a;
+        }
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+}
+
+/* Attends to keys key0 .. key0+n-1 of a [.., keys, .., dim] strided view:
+ * key r's element c is at k_base + r*k_rs + c*k_cs (same for v). */
+inline void attend_range(ATTN_SMEM_PARAMS, float acc[ACC_N], float scale, int lid,
+                         __global const store_t *k, idx_t k_base, idx_t k_rs, idx_t k_cs,
+                         __global const store_t *v, idx_t v_base, idx_t v_rs, idx_t v_cs,
+                         int key0, int n)
+{
+    for (int k0 = 0; k0 < n; k0 += TK) {
+        int nk = min(TK, n - k0);
+        idx_t r = (idx_t)(key0 + k0);
+        load_tile(ks, nk, DK, k, k_base + r * k_rs, k_rs, k_cs, lid, WG);
+        load_tile(vs, nk, DV, v, v_base + r * v_rs, v_rs, v_cs, lid, WG);
+        barrier(CLK_LOCAL_MEM_FENCE);
+        attend_tile(ATTN_SMEM, acc, nk, scale, lid);
+    }
+}
+
+/* Normalized output of row g (0 when the row saw nothing) and its lse. */
+inline float attn_out(ATTN_SMEM_PARAMS, float acc_i, int g)
+{
+    float l = l_run[g];
+    return l > 0.0f ? acc_i / l : 0.0f;
+}
+
+inline float attn_lse(ATTN_SMEM_PARAMS, int g)
+{
+    float l = l_run[g];
+    return l > 0.0f ? m_run[g] + log(l) : -INFINITY;
+}

@@ -1,0 +1,142 @@
+/*
+ * nsa_fwd.cl: the NSA forward for one token and GT query heads of one KV
+ * group per work-group: compressed, selected and sliding-window branches in
+ * turn, each an online softmax over contiguous key ranges (attn_tile.h), their
+ * gated sum written once. The queries stay in local memory for all three
+ * branches, and each key tile is fetched once for the GT heads.
+ *
+ * Defines (besides common.h and attn_tile.h): G (heads per KV group),
+ * NGT = ceil(G/GT), HAS_CMP, HAS_SLC, HAS_SWA, HAS_COUNTS, BS (selection
+ * block), S (slots per row), CMP_L, CMP_D, WINDOW.
+ * NDRange: (WG * T * NGT, H, B); group (t*NGT + head tile, kv head, batch).
+ */
+
+/* Selection: the union of the selected blocks, each clipped to keys <= t. */
+inline void attend_selected(ATTN_SMEM_PARAMS, float acc[ACC_N], float scale, int lid,
+                            __global const store_t *k, idx_t k_base, idx_t k_rs, idx_t k_cs,
+                            __global const store_t *v, idx_t v_base, idx_t v_rs, idx_t v_cs,
+                            __global const int *bidx, idx_t row, idx_t slot_stride, int nslots,
+                            int tl)
+{
+    /* Barriers sit only in loops whose trip counts are uniform; a skipped
+     * slot attends to zero keys instead of branching around the barriers. */
+    for (int s = 0; s < nslots; ++s) {
+        int j = bidx[row + (idx_t)s * slot_stride];
+        bool skip = j < 0 || j > tl / BS;
+        for (int e = 0; e < s; ++e) skip = skip || (bidx[row + (idx_t)e * slot_stride] == j);
+        int key0 = skip ? 0 : j * BS;
+        attend_range(ATTN_SMEM, acc, scale, lid, k, k_base, k_rs, k_cs, v, v_base, v_rs, v_cs, key0,
+                     skip ? 0 : min(BS, tl + 1 - key0));
+    }
+}
+
+/* Adds gate * (branch output) to out[] and saves the branch lse. */
+inline void finish_branch(ATTN_SMEM_PARAMS, const float acc[ACC_N], float out[ACC_N], int lid, int ng,
+                          __global const store_t *gate, idx_t gate_base, idx_t gate_hs,
+                          __global float *lse, idx_t lse_base, idx_t lse_hs)
+{
+    for (int i = 0; i < ACC_N; ++i) {
+        int idx = lid + i * WG;
+        int g = idx / DV;
+        if (idx < GT * DV && g < ng) out[i] += LOAD(gate, gate_base + g * gate_hs) * attn_out(ATTN_SMEM, acc[i], g);
+    }
+    if (lse)
+        for (int g = lid; g < ng; g += WG) lse[lse_base + g * lse_hs] = attn_lse(ATTN_SMEM, g);
+}
+
+__kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void nsa_fwd(
+    __global const store_t *q, idx_t q_off, idx4_t q_st,
+    __global const store_t *k, idx_t k_off, idx4_t k_st,
+    __global const store_t *v, idx_t v_off, idx4_t v_st,
+    __global const store_t *kc, idx_t kc_off, idx4_t kc_st,
+    __global const store_t *vc, idx_t vc_off, idx4_t vc_st, int nc_rows,
+    __global const store_t *g_cmp, idx_t gc_off, idx4_t gc_st,
+    __global const store_t *g_slc, idx_t gs_off, idx4_t gs_st,
+    __global const store_t *g_swa, idx_t gw_off, idx4_t gw_st,
+    __global const int *cu, idx_t cu0, int nseq, __global const int *cmp_off, idx_t cmp_off0,
+    __global const int *bidx, idx_t bi_off, idx4_t bi_st,
+    __global const int *bcnt, idx_t bc_off, idx4_t bc_st,
+    __global store_t *o, idx_t o_off, idx4_t o_st,
+    __global float *lse_cmp, idx_t lc_off, idx4_t lc_st,
+    __global float *lse_slc, idx_t ls_off, idx4_t ls_st,
+    __global float *lse_swa, idx_t lw_off, idx4_t lw_st,
+    int T, float scale)
+{
+    __local float qs[GT * DK], ks[TK * DK], vs[TK * DV], ps[GT * TK], m_run[GT], l_run[GT], alpha[GT];
+    const int lid = get_local_id(0);
+    cu += cu0;
+    cmp_off += cmp_off0;
+    const int t = get_group_id(0) / NGT, g0 = (get_group_id(0) % NGT) * GT;
+    const int h = get_group_id(1), b = get_group_id(2);
+    const int ng = min(GT, G - g0), hq0 = h * G + g0;
+    const seq_info sq = seq_of(cu, nseq, b, t, T);
+    const int tl = t - sq.start; /* local position */
+
+    for (int i = lid; i < GT * DK; i += WG) {
+        int g = i / DK, d = i - g * DK;
+        qs[i] = (g < ng) ? LOAD(q, at4(q_off, q_st, b, t, hq0 + g, d)) : 0.0f;
+    }
+    float acc[ACC_N], out[ACC_N];
+    for (int i = 0; i < ACC_N; ++i) out[i] = 0.0f;
+    (void)kc; (void)vc; (void)nc_rows; (void)cmp_off; (void)bidx; (void)bcnt;
+    /* Everything below is uniform over the work-group. A token outside any
+     * sequence attends to nothing (o = 0, lse = -inf); barriers are never
+     * inside a branch, only in loops whose trip count is then zero. */
+    const bool live = sq.len > 0;
+
+#if HAS_CMP
+    attn_reset(ATTN_SMEM, acc, lid);
+    barrier(CLK_LOCAL_MEM_FENCE);
+    {
+        int nvis = live && tl >= CMP_L - 1 ? (tl - (CMP_L - 1)) / CMP_D + 1 : 0;
+#if VARLEN
+        int row0 = cmp_off[sq.id];
+#else
+        int row0 = 0;
+#endif
+        nvis = clamp(nc_rows - row0, 0, nvis);
+        attend_range(ATTN_SMEM, acc, scale, lid, kc, at4(kc_off, kc_st, b, 0, h, 0), kc_st.y, kc_st.w,
+                     vc, at4(vc_off, vc_st, b, 0, h, 0), vc_st.y, vc_st.w, row0, nvis);
+    }
+    finish_branch(ATTN_SMEM, acc, out, lid, ng, g_cmp, at4(gc_off, gc_st, b, t, hq0, 0), gc_st.z,
+                  lse_cmp, at4(lc_off, lc_st, b, t, hq0, 0), lc_st.z);
+    barrier(CLK_LOCAL_MEM_FENCE);
+#endif
+
+#if HAS_SLC
+    attn_reset(ATTN_SMEM, acc, lid);
+    barrier(CLK_LOCAL_MEM_FENCE);
+    {
+#if HAS_COUNTS
+        int nslots = live ? clamp(bcnt[at4(bc_off, bc_st, b, t, h, 0)], 0, S) : 0;
+#else
+        int nslots = live ? S : 0;
+#endif
+        idx_t kb = at4(k_off, k_st, b, sq.start, h, 0), vb = at4(v_off, v_st, b, sq.start, h, 0);
+        attend_selected(ATTN_SMEM, acc, scale, lid, k, kb, k_st.y, k_st.w, v, vb, v_st.y, v_st.w, bidx,
+                        at4(bi_off, bi_st, b, t, h, 0), bi_st.w, nslots, tl);
+    }
+    finish_branch(ATTN_SMEM, acc, out, lid, ng, g_slc, at4(gs_off, gs_st, b, t, hq0, 0), gs_st.z,
+                  lse_slc, at4(ls_off, ls_st, b, t, hq0, 0), ls_st.z);
+    barrier(CLK_LOCAL_MEM_FENCE);
+#endif
+
+#if HAS_SWA
+    attn_reset(ATTN_SMEM, acc, lid);
+    barrier(CLK_LOCAL_MEM_FENCE);
+    {
+        int key0 = max(0, tl - WINDOW + 1);
+        idx_t kb = at4(k_off, k_st, b, sq.start, h, 0), vb = at4(v_off, v_st, b, sq.start, h, 0);
+        attend_range(ATTN_SMEM, acc, scale, lid, k, kb, k_st.y, k_st.w, v, vb, v_st.y, v_st.w, key0,
+                     live ? tl + 1 - key0 : 0);
+    }
+    finish_branch(ATTN_SMEM, acc, out, lid, ng, g_swa, at4(gw_off, gw_st, b, t, hq0, 0), gw_st.z,
+                  lse_swa, at4(lw_off, lw_st, b, t, hq0, 0), lw_st.z);
+#endif
+
+    for (int i = 0; i < ACC_N; ++i) {
+        int idx = lid + i * WG;
+        int g = idx / DV, d = idx - g * DV;
+        if (idx < GT * DV && g < ng) STORE(o, at4(o_off, o_st, b, t, hq0 + g, d), out[i]);
+    }
+}

@@ -1,0 +1,172 @@
+/*
+ * nsa_topk.cl: online top-k block selection for one token and one KV group
+ * per work-group. Pass 1 finds each query head's log-sum-exp over the visible
+ * compressed keys; pass 2 walks the selection blocks in chunks of JB, turns
+ * the compressed scores of the chunk into probabilities summed over the G
+ * heads (kept in local memory only), scores each block by the overlap rule,
+ * and merges the chunk into a running top-S list. No score ever reaches
+ * global memory.
+ *
+ * Defines: WG, G, GT (heads per pass over the group), DK, TK (compressed keys
+ * per tile), BS, S, CMP_L, CMP_D, INIT_BLOCKS, LOCAL_BLOCKS, JB, PC_MAX
+ * (compressed keys a chunk can overlap), HAS_COUNTS.
+ * NDRange: (WG * T, H, B).
+ */
+
+inline void load_queries(__local float *qs, __global const store_t *q, idx_t q_off, idx4_t q_st,
+                         int b, int t, int hq0, int ng, int lid)
+{
+    for (int i = lid; i < GT * DK; i += WG) {
+        int g = i / DK, d = i - g * DK;
+        qs[i] = (g < ng) ? LOAD(q, at4(q_off, q_st, b, t, hq0 + g, d)) : 0.0f;
+    }
+}
+
+/* ps[g][j] = scale * q_g . k_j for the tile in ks (-inf past nk or ng). */
+inline void tile_scores(__local const float *qs, __local const float *ks, __local float *ps,
+                        int nk, int ng, float scale, int lid)
+{
+    for (int idx = lid; idx < GT * TK; idx += WG) {
+        int g = idx / TK, j = idx - g * TK;
+        float s = -INFINITY;
+        if (j < nk && g < ng) {
+            float dot = 0.0f;
+            for (int d = 0; d < DK; ++d) dot = fma(qs[g * DK + d], ks[j * DK + d], dot);
+            s = dot * scale;
+        }
+        ps[idx] = s;
+    }
+}
+
+/* Inserts (score, j) into the sorted list unless it is not better than the
+ * last entry; equal scores keep the earlier (lower) block first. */
+inline void topk_insert(__local float *tv, __local int *ti, float score, int j)
+{
+    if (!(score > tv[S - 1])) return;
+    int p = S - 1;
+    while (p > 0 && score > tv[p - 1]) {
+        tv[p] = tv[p - 1];
+        ti[p] = ti[p - 1];
+        --p;
+    }
+    tv[p] = score;
+    ti[p] = j;
+}
+
+__kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void nsa_topk(
+    __global const store_t *q, idx_t q_off, idx4_t q_st,
+    __global const store_t *kc, idx_t kc_off, idx4_t kc_st, int nc_rows,
+    __global const int *cu, idx_t cu0, int nseq, __global const int *cmp_off, idx_t cmp_off0,
+    __global const int *bcnt, idx_t bc_off, idx4_t bc_st,
+    __global int *bidx, idx_t bi_off, idx4_t bi_st,
+    int T, float scale)
+{
+    __local float qs[GT * DK], ks[TK * DK], ps[GT * TK], lse[G], pc[PC_MAX], bsc[JB], tv[S];
+    __local int ti[S];
+    const int lid = get_local_id(0);
+    cu += cu0;
+    cmp_off += cmp_off0;
+    const int t = get_group_id(0), h = get_group_id(1), b = get_group_id(2);
+    const seq_info sq = seq_of(cu, nseq, b, t, T);
+    const int tl = t - sq.start;
+    (void)cmp_off; (void)bcnt;
+
+    int nvis = (sq.len > 0 && tl >= CMP_L - 1) ? (tl - (CMP_L - 1)) / CMP_D + 1 : 0;
+#if VARLEN
+    const int row0 = cmp_off[sq.id];
+#else
+    const int row0 = 0;
+#endif
+    nvis = clamp(nc_rows - row0, 0, nvis);
+    const idx_t kbase = at4(kc_off, kc_st, b, row0, h, 0);
+
+    /* Pass 1: lse of each head over the visible compressed keys. */
+    for (int g0 = 0; g0 < G; g0 += GT) {
+        const int ng = min(GT, G - g0);
+        float m_run = -INFINITY, l_run = 0.0f; /* meaningful in work-item g < ng */
+        load_queries(qs, q, q_off, q_st, b, t, h * G + g0, ng, lid);
+        for (int k0 = 0; k0 < nvis; k0 += TK) {
+            const int nk = min(TK, nvis - k0);
+            barrier(CLK_LOCAL_MEM_FENCE);
+            load_tile(ks, nk, DK, kc, kbase + (idx_t)k0 * kc_st.y, kc_st.y, kc_st.w, lid, WG);
+            barrier(CLK_LOCAL_MEM_FENCE);
+            tile_scores(qs, ks, ps, nk, ng, scale, lid);
+            barrier(CLK_LOCAL_MEM_FENCE);
+            if (lid < ng) {
+                float mx = m_run;
+                for (int j = 0; j < nk; ++j) mx = fmax(mx, ps[lid * TK + j]);
+                float sum = 0.0f;
+                for (int j = 0; j < nk; ++j) sum += exp(ps[lid * TK + j] - mx);
+                l_run = l_run * exp(m_run - mx) + sum;
+                m_run = mx;
+            }
+        }
+        if (lid < ng) lse[g0 + lid] = l_run > 0.0f ? m_run + log(l_run) : -INFINITY;
+        barrier(CLK_LOCAL_MEM_FENCE);
+    }
+
+    /* Pass 2: block importance chunk by chunk, merged into the top-S list. */
+    for (int i = lid; i < S; i += WG) {
+        tv[i] = -INFINITY;
+        ti[i] = -1;
+    }
+    const int cur = tl / BS, ncand = sq.len > 0 ? cur + 1 : 0;
+    for (int j0 = 0; j0 < ncand; j0 += JB) {
+        const int nj = min(JB, ncand - j0);
+        /* compressed keys i whose span [i*d, i*d+l) meets blocks j0 .. j0+nj-1 */
+        const int lo_tok = j0 * BS - (CMP_L - 1);
+        const int i_lo = lo_tok > 0 ? ceil_div(lo_tok, CMP_D) : 0;
+        const int i_hi = min(nvis, ((j0 + nj) * BS - 1) / CMP_D + 1);
+        const int npc = max(0, i_hi - i_lo);
+        barrier(CLK_LOCAL_MEM_FENCE);
+        for (int i = lid; i < PC_MAX; i += WG) pc[i] = 0.0f;
+        for (int g0 = 0; g0 < G; g0 += GT) {
+            const int ng = min(GT, G - g0);
+            if (G > GT) {
+                barrier(CLK_LOCAL_MEM_FENCE);
+                load_queries(qs, q, q_off, q_st, b, t, h * G + g0, ng, lid);
+            }
+            for (int k0 = 0; k0 < npc; k0 += TK) {
+                const int nk = min(TK, npc - k0);
+                barrier(CLK_LOCAL_MEM_FENCE);
+                load_tile(ks, nk, DK, kc, kbase + (idx_t)(i_lo + k0) * kc_st.y, kc_st.y, kc_st.w,
+                          lid, WG);
+                barrier(CLK_LOCAL_MEM_FENCE);
+                tile_scores(qs, ks, ps, nk, ng, scale, lid);
+                barrier(CLK_LOCAL_MEM_FENCE);
+                for (int j = lid; j < nk; j += WG) {
+                    float p = 0.0f;
+                    for (int g = 0; g < ng; ++g) {
+                        float z = ps[g * TK + j], ls = lse[g0 + g];
+                        p += (ls == -INFINITY) ? 0.0f : exp(z - ls);
+                    }
+                    pc[k0 + j] += p;
+                }
+            }
+        }
+        barrier(CLK_LOCAL_MEM_FENCE);
+        for (int jj = lid; jj < nj; jj += WG) {
+            const int j = j0 + jj;
+            const bool forced = j < INIT_BLOCKS || j > cur - LOCAL_BLOCKS;
+            float score = 0.0f;
+            /* compressed keys overlapping block j */
+            const int a_tok = j * BS - (CMP_L - 1);
+            const int a = max(i_lo, a_tok > 0 ? ceil_div(a_tok, CMP_D) : 0);
+            const int e = min(i_hi, ((j + 1) * BS - 1) / CMP_D + 1);
+            for (int i = a; i < e; ++i) score += pc[i - i_lo];
+            bsc[jj] = forced ? INFINITY : score;
+        }
+        barrier(CLK_LOCAL_MEM_FENCE);
+        if (lid == 0)
+            for (int jj = 0; jj < nj; ++jj) topk_insert(tv, ti, bsc[jj], j0 + jj);
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+
+#if HAS_COUNTS
+    const int nsel = clamp(bcnt[at4(bc_off, bc_st, b, t, h, 0)], 0, S);
+#else
+    const int nsel = S;
+#endif
+    for (int s = lid; s < S; s += WG)
+        bidx[at4(bi_off, bi_st, b, t, h, s)] = (s < nsel && tv[s] > -INFINITY) ? ti[s] : -1;
+}

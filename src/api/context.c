@@ -1,0 +1,84 @@
+/* context.c: the opaque context around the caller's cl_context and device. */
+#include "internal.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static char *dup_or_null(const char *s)
+{
+    if (!s || !*s) return NULL;
+    size_t n = strlen(s) + 1;
+    char *d = malloc(n);
+    if (d) memcpy(d, s, n);
+    return d;
+}
+
+static clnsa_status create_fail(char *msg, size_t size, clnsa_status st, const char *text)
+{
+    if (msg && size) snprintf(msg, size, "%s", text);
+    return st;
+}
+
+clnsa_status clnsa_context_create(cl_context cl_ctx, cl_device_id device,
+                                  const clnsa_context_options *options, clnsa_context **out,
+                                  char *msg, size_t msg_size)
+{
+    if (!out) return create_fail(msg, msg_size, CLNSA_ERROR_NULL_ARGUMENT, "out: expected a non-NULL pointer, got NULL");
+    *out = NULL;
+    if (!cl_ctx) return create_fail(msg, msg_size, CLNSA_ERROR_NULL_ARGUMENT, "cl_ctx: expected a cl_context, got NULL");
+    if (!device) return create_fail(msg, msg_size, CLNSA_ERROR_NULL_ARGUMENT, "device: expected a cl_device_id, got NULL");
+
+    /* The device must belong to the context. */
+    cl_uint ndev = 0;
+    if (clGetContextInfo(cl_ctx, CL_CONTEXT_NUM_DEVICES, sizeof ndev, &ndev, NULL) != CL_SUCCESS || ndev == 0)
+        return create_fail(msg, msg_size, CLNSA_ERROR_OPENCL, "cl_ctx: clGetContextInfo failed (not a valid cl_context?)");
+    cl_device_id devs[64];
+    if (ndev > 64) ndev = 64;
+    clGetContextInfo(cl_ctx, CL_CONTEXT_DEVICES, ndev * sizeof(cl_device_id), devs, NULL);
+    bool found = false;
+    for (cl_uint i = 0; i < ndev; ++i) found = found || devs[i] == device;
+    if (!found) return create_fail(msg, msg_size, CLNSA_ERROR_INVALID_ARGUMENT, "device: expected a device of cl_ctx, got another one");
+
+    clnsa_context *ctx = calloc(1, sizeof *ctx);
+    if (!ctx) return create_fail(msg, msg_size, CLNSA_ERROR_OUT_OF_HOST_MEMORY, "out of host memory");
+    clnsa_status st = clnsa_probe_device(device, &ctx->info);
+    if (st != CLNSA_SUCCESS) {
+        free(ctx);
+        return create_fail(msg, msg_size, st, "device: probing the device failed");
+    }
+    if (ctx->info.opencl_c_major < 1 || (ctx->info.opencl_c_major == 1 && ctx->info.opencl_c_minor < 2)) {
+        char text[256];
+        snprintf(text, sizeof text, "device: expected OpenCL C 1.2 or later, got '%s'", ctx->info.opencl_c_version);
+        free(ctx);
+        return create_fail(msg, msg_size, CLNSA_ERROR_UNSUPPORTED_DEVICE, text);
+    }
+    const char *dir = options && options->kernel_dir ? options->kernel_dir : getenv("CLNSA_KERNEL_DIR");
+    ctx->kernel_dir = dup_or_null(dir);
+    ctx->extra_options = dup_or_null(options ? options->extra_build_options : NULL);
+    pthread_mutex_init(&ctx->lock, NULL);
+    clRetainContext(cl_ctx);
+    clRetainDevice(device);
+    ctx->cl = cl_ctx;
+    ctx->device = device;
+    *out = ctx;
+    if (msg && msg_size) msg[0] = '\0';
+    return CLNSA_SUCCESS;
+}
+
+void clnsa_context_destroy(clnsa_context *ctx)
+{
+    if (!ctx) return;
+    for (program_entry *e = ctx->programs, *next; e; e = next) {
+        next = e->next;
+        clReleaseProgram(e->program);
+        free(e->key);
+        free(e);
+    }
+    pthread_mutex_destroy(&ctx->lock);
+    clReleaseDevice(ctx->device);
+    clReleaseContext(ctx->cl);
+    free(ctx->kernel_dir);
+    free(ctx->extra_options);
+    free(ctx);
+}

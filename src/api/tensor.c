@@ -1,0 +1,201 @@
+/* tensor.c: validation of tensor views, and passing them to kernels. */
+#include "internal.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+clnsa_tensor clnsa_tensor_contiguous(cl_mem data, clnsa_dtype dtype, int rank, const int64_t *shape)
+{
+    clnsa_tensor t;
+    memset(&t, 0, sizeof t);
+    t.data = data;
+    t.dtype = dtype;
+    t.rank = rank < 0 ? 0 : (rank > CLNSA_MAX_RANK ? CLNSA_MAX_RANK : rank);
+    int64_t s = 1;
+    for (int i = t.rank - 1; i >= 0; --i) {
+        t.shape[i] = shape ? shape[i] : 0;
+        t.strides[i] = s;
+        s *= t.shape[i] > 0 ? t.shape[i] : 1;
+    }
+    return t;
+}
+
+uint64_t tensor_extent(const clnsa_tensor *t)
+{
+    uint64_t last = t->offset;
+    for (int i = 0; i < t->rank; ++i) {
+        if (t->shape[i] == 0) return 0;
+        last += (uint64_t)(t->shape[i] - 1) * (uint64_t)t->strides[i];
+    }
+    return last + 1;
+}
+
+static void shape_str(const int64_t *shape, int rank, char *buf, size_t size)
+{
+    size_t n = (size_t)snprintf(buf, size, "[");
+    for (int i = 0; i < rank && n < size; ++i)
+        n += (size_t)snprintf(buf + n, size - n, i ? ", %lld" : "%lld", (long long)shape[i]);
+    if (n < size) snprintf(buf + n, size - n, "]");
+}
+
+static bool is_float(clnsa_dtype d)
+{
+    return d == CLNSA_DTYPE_F32 || d == CLNSA_DTYPE_F16 || d == CLNSA_DTYPE_BF16;
+}
+
+/* An output view may not write one element twice: sorted by stride, each
+ * stride must step over everything the smaller strides span. */
+static bool self_overlaps(const clnsa_tensor *t)
+{
+    int order[CLNSA_MAX_RANK], n = 0;
+    for (int i = 0; i < t->rank; ++i)
+        if (t->shape[i] > 1) order[n++] = i;
+    for (int i = 1; i < n; ++i)
+        for (int j = i; j > 0 && t->strides[order[j]] < t->strides[order[j - 1]]; --j) {
+            int tmp = order[j];
+            order[j] = order[j - 1];
+            order[j - 1] = tmp;
+        }
+    int64_t span = 1;
+    for (int i = 0; i < n; ++i) {
+        if (t->strides[order[i]] < span) return true;
+        span = t->strides[order[i]] * (t->shape[order[i]] - 1) + span;
+    }
+    return false;
+}
+
+clnsa_status tensor_check(const clnsa_context *ctx, const clnsa_tensor *t, const tensor_spec *sp)
+{
+    char want[96], got[96];
+    if (!t || !t->data)
+        return cx_fail(ctx, CLNSA_ERROR_NULL_ARGUMENT, "%s: expected a buffer, got NULL", sp->name);
+    if (!is_float(t->dtype) && t->dtype != CLNSA_DTYPE_I32)
+        return cx_fail(ctx, CLNSA_ERROR_INVALID_DTYPE, "%s: expected dtype %s, got unknown dtype %d", sp->name,
+                       sp->dtype ? clnsa_dtype_name(sp->dtype) : "f32, f16 or bf16", (int)t->dtype);
+    if (sp->dtype ? t->dtype != sp->dtype : !is_float(t->dtype))
+        return cx_fail(ctx, CLNSA_ERROR_INVALID_DTYPE, "%s: expected dtype %s, got %s", sp->name,
+                       sp->dtype ? clnsa_dtype_name(sp->dtype) : "f32, f16 or bf16", clnsa_dtype_name(t->dtype));
+    if (t->rank != sp->rank)
+        return cx_fail(ctx, CLNSA_ERROR_SHAPE_MISMATCH, "%s: expected rank %d, got %d", sp->name, sp->rank, t->rank);
+    for (int i = 0; i < sp->rank; ++i)
+        if (t->shape[i] < 0 || (sp->shape[i] >= 0 && t->shape[i] != sp->shape[i])) {
+            shape_str(sp->shape, sp->rank, want, sizeof want);
+            shape_str(t->shape, t->rank, got, sizeof got);
+            return cx_fail(ctx, CLNSA_ERROR_SHAPE_MISMATCH, "%s: expected shape %s (-1 = any), got %s", sp->name, want, got);
+        }
+    for (int i = 0; i < t->rank; ++i)
+        if (t->strides[i] < 0)
+            return cx_fail(ctx, CLNSA_ERROR_INVALID_LAYOUT, "%s: expected strides >= 0, got %lld in dim %d", sp->name,
+                           (long long)t->strides[i], i);
+    if (sp->output && self_overlaps(t))
+        return cx_fail(ctx, CLNSA_ERROR_INVALID_LAYOUT, "%s: an output view must not overlap itself, but its strides do", sp->name);
+    size_t mem_size = 0;
+    cl_int err = clGetMemObjectInfo(t->data, CL_MEM_SIZE, sizeof mem_size, &mem_size, NULL);
+    if (err != CL_SUCCESS)
+        return cx_fail(ctx, CLNSA_ERROR_INVALID_ARGUMENT, "%s: expected a valid cl_mem, clGetMemObjectInfo says %s", sp->name,
+                       cl_error_name(err));
+    uint64_t need = tensor_extent(t) * clnsa_dtype_size(t->dtype);
+    if (need > mem_size)
+        return cx_fail(ctx, CLNSA_ERROR_OUT_OF_BOUNDS, "%s: the view needs %llu bytes, but the buffer has %zu (CL_MEM_SIZE)",
+                       sp->name, (unsigned long long)need, mem_size);
+    return CLNSA_SUCCESS;
+}
+
+/* ----------------------------------------------------------- kernel args */
+
+static void ka_raw(kargs *a, size_t size, const void *value)
+{
+    if (a->err == CL_SUCCESS) a->err = clSetKernelArg(a->kernel, a->next, size, value);
+    a->next++;
+}
+
+void ka_mem(kargs *a, cl_mem m) { ka_raw(a, sizeof m, m ? &m : NULL); }
+void ka_int(kargs *a, int v) { ka_raw(a, sizeof(cl_int), &v); }
+void ka_float(kargs *a, float v) { ka_raw(a, sizeof(cl_float), &v); }
+
+void ka_idx(kargs *a, int64_t v)
+{
+    if (a->idx_long) {
+        cl_long l = v;
+        ka_raw(a, sizeof l, &l);
+    } else {
+        cl_int i = (cl_int)v;
+        ka_raw(a, sizeof i, &i);
+    }
+}
+
+void ka_tensor(kargs *a, const clnsa_tensor *t)
+{
+    bool present = tensor_present(t);
+    ka_mem(a, present ? t->data : NULL);
+    ka_idx(a, present ? (int64_t)t->offset : 0);
+    int64_t st[4] = {0, 0, 0, 0};
+    for (int i = 0; present && i < t->rank && i < 4; ++i) st[i] = t->strides[i];
+    if (a->idx_long) {
+        cl_long4 v = {{st[0], st[1], st[2], st[3]}};
+        ka_raw(a, sizeof v, &v);
+    } else {
+        cl_int4 v = {{(cl_int)st[0], (cl_int)st[1], (cl_int)st[2], (cl_int)st[3]}};
+        ka_raw(a, sizeof v, &v);
+    }
+}
+
+/* ----------------------------------------------------------- enqueuing */
+
+void chain_init(cmd_chain *c, cl_command_queue q, cl_uint nwait, const cl_event *wait)
+{
+    c->queue = q;
+    c->nwait = nwait;
+    c->wait = wait;
+    c->last = NULL;
+}
+
+void chain_adopt(cmd_chain *c, cl_event ev)
+{
+    if (c->last) clReleaseEvent(c->last);
+    c->last = ev;
+}
+
+static void chain_waits(const cmd_chain *c, cl_uint *n, const cl_event **w)
+{
+    *n = c->last ? 1 : c->nwait;
+    *w = c->last ? &c->last : c->wait;
+}
+
+clnsa_status chain_kernel(clnsa_context *ctx, cmd_chain *c, cl_kernel k, const size_t *global, const size_t *local)
+{
+    cl_uint n;
+    const cl_event *w;
+    chain_waits(c, &n, &w);
+    cl_event ev = NULL;
+    cl_int err = clEnqueueNDRangeKernel(c->queue, k, 3, NULL, global, local, n, w, &ev);
+    if (err != CL_SUCCESS) return cx_fail_cl(ctx, err, "clEnqueueNDRangeKernel");
+    chain_adopt(c, ev);
+    return CLNSA_SUCCESS;
+}
+
+clnsa_status chain_barrier(clnsa_context *ctx, cmd_chain *c)
+{
+    cl_uint n;
+    const cl_event *w;
+    chain_waits(c, &n, &w);
+    if (n == 0) return CLNSA_SUCCESS;
+    cl_event ev = NULL;
+    cl_int err = clEnqueueBarrierWithWaitList(c->queue, n, w, &ev);
+    if (err != CL_SUCCESS) return cx_fail_cl(ctx, err, "clEnqueueBarrierWithWaitList");
+    chain_adopt(c, ev);
+    return CLNSA_SUCCESS;
+}
+
+clnsa_status chain_finish(clnsa_context *ctx, cmd_chain *c, cl_event *event)
+{
+    if (!c->last && event) {
+        cl_int err = clEnqueueMarkerWithWaitList(c->queue, c->nwait, c->wait, &c->last);
+        if (err != CL_SUCCESS) return cx_fail_cl(ctx, err, "clEnqueueMarkerWithWaitList");
+    }
+    if (event) *event = c->last;
+    else if (c->last) clReleaseEvent(c->last);
+    c->last = NULL;
+    return CLNSA_SUCCESS;
+}

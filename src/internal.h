@@ -1,0 +1,116 @@
+/* internal.h: what the parts of libclnsa share behind the public header. */
+#ifndef CLNSA_INTERNAL_H
+#define CLNSA_INTERNAL_H
+
+#include "clnsa.h"
+
+#include <pthread.h>
+#include <stdbool.h>
+
+/* ---------------------------------------------------------------- errors */
+
+/* Records a message for this thread and context and returns `status`. */
+clnsa_status cx_fail(const clnsa_context *ctx, clnsa_status status, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+/* Clears this thread's message at the start of a public call. */
+void cx_clear(const clnsa_context *ctx);
+/* Maps an OpenCL error to CLNSA_ERROR_OPENCL with "what: CL_... (code)". */
+clnsa_status cx_fail_cl(const clnsa_context *ctx, cl_int err, const char *what);
+const char *cl_error_name(cl_int err);
+
+/* --------------------------------------------------------------- context */
+
+typedef struct program_entry {
+    char *key; /* file list + build options */
+    cl_program program;
+    struct program_entry *next;
+} program_entry;
+
+struct clnsa_context {
+    cl_context cl;
+    cl_device_id device;
+    clnsa_device_info info;
+    char *kernel_dir;    /* NULL: embedded sources */
+    char *extra_options; /* NULL: none */
+    pthread_mutex_t lock; /* guards `programs` and kernel argument setting */
+    program_entry *programs;
+};
+
+/* ---------------------------------------------------------------- tensors */
+
+/* What a tensor argument must look like. shape entries < 0 mean "any". */
+typedef struct {
+    const char *name;
+    clnsa_dtype dtype; /* CLNSA_DTYPE_INVALID: any float dtype */
+    int rank;
+    int64_t shape[CLNSA_MAX_RANK];
+    bool output;
+} tensor_spec;
+
+/* Validates presence, dtype, rank, shape, strides, self-overlap (outputs) and
+ * bounds against CL_MEM_SIZE. */
+clnsa_status tensor_check(const clnsa_context *ctx, const clnsa_tensor *t, const tensor_spec *spec);
+static inline bool tensor_present(const clnsa_tensor *t) { return t && t->data != NULL; }
+/* Largest element offset the view touches, plus one (0 for an empty view). */
+uint64_t tensor_extent(const clnsa_tensor *t);
+
+/* ---------------------------------------------------------------- kernels */
+
+/* A kernel's arguments, appended in order; the first error sticks. */
+typedef struct {
+    cl_kernel kernel;
+    cl_uint next;
+    cl_int err;
+    bool idx_long; /* idx_t is 64-bit in this program */
+} kargs;
+
+void ka_mem(kargs *a, cl_mem m);
+void ka_int(kargs *a, int v);
+void ka_float(kargs *a, float v);
+void ka_idx(kargs *a, int64_t v);
+/* buffer, offset (idx_t), strides (idx4_t); an absent tensor passes NULL. */
+void ka_tensor(kargs *a, const clnsa_tensor *t);
+
+/* Builds (or finds in the context's cache) the program made of `files`
+ * (NULL-terminated, common.h first) compiled with `defines`. */
+clnsa_status program_get(clnsa_context *ctx, const char *const *files, const char *defines,
+                         cl_program *out);
+/* Creates a kernel object of a cached program (the caller releases it). */
+clnsa_status kernel_create(clnsa_context *ctx, cl_program prog, const char *name, cl_kernel *out);
+
+/* Embedded kernel sources (generated at build time by scripts/embed_kernels.py). */
+typedef struct {
+    const char *name;
+    const char *text;
+    size_t size;
+} embedded_source;
+extern const embedded_source clnsa_embedded_sources[];
+extern const size_t clnsa_embedded_source_count;
+
+/* An in-order chain of enqueued commands: each waits for the previous one
+ * (the first for the caller's wait list); the last event goes to the caller. */
+typedef struct {
+    cl_command_queue queue;
+    cl_uint nwait;
+    const cl_event *wait;
+    cl_event last;
+} cmd_chain;
+
+void chain_init(cmd_chain *c, cl_command_queue q, cl_uint nwait, const cl_event *wait);
+/* Enqueues kernel over `global` (3 dims, already multiples of `local`). */
+clnsa_status chain_kernel(clnsa_context *ctx, cmd_chain *c, cl_kernel k, const size_t *global,
+                          const size_t *local);
+/* A barrier that waits for the chain so far (for CLBlast, which takes no wait list). */
+clnsa_status chain_barrier(clnsa_context *ctx, cmd_chain *c);
+/* Takes ownership of an event produced outside chain_kernel. */
+void chain_adopt(cmd_chain *c, cl_event ev);
+/* Hands the last event to the caller (or releases it); a chain with no
+ * command gets a marker so the caller still receives an event. */
+clnsa_status chain_finish(clnsa_context *ctx, cmd_chain *c, cl_event *event);
+
+/* ------------------------------------------------------------------ misc */
+
+int cx_env_int(const char *name, int fallback);
+size_t round_up(size_t x, size_t m);
+
+#endif

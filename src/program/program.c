@@ -1,0 +1,137 @@
+/* program.c: kernel sources (embedded, or read from CLNSA_KERNEL_DIR), program
+ * builds with the device's OpenCL C version, and the per-context cache. */
+#include "internal.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct {
+    char *data;
+    size_t len, cap;
+} strbuf;
+
+static bool sb_add(strbuf *b, const char *s, size_t n)
+{
+    if (b->len + n + 1 > b->cap) {
+        size_t cap = (b->len + n + 1) * 2;
+        char *p = realloc(b->data, cap);
+        if (!p) return false;
+        b->data = p;
+        b->cap = cap;
+    }
+    memcpy(b->data + b->len, s, n);
+    b->len += n;
+    b->data[b->len] = '\0';
+    return true;
+}
+
+static bool sb_str(strbuf *b, const char *s) { return sb_add(b, s, strlen(s)); }
+
+static clnsa_status append_source(clnsa_context *ctx, strbuf *b, const char *name)
+{
+    if (ctx->kernel_dir) {
+        char path[4096];
+        snprintf(path, sizeof path, "%s/%s", ctx->kernel_dir, name);
+        FILE *f = fopen(path, "rb");
+        if (!f)
+            return cx_fail(ctx, CLNSA_ERROR_BUILD_FAILED,
+                           "kernel source: cannot open '%s' (CLNSA_KERNEL_DIR=%s)", path, ctx->kernel_dir);
+        char chunk[8192];
+        size_t n;
+        bool ok = true;
+        while (ok && (n = fread(chunk, 1, sizeof chunk, f)) > 0) ok = sb_add(b, chunk, n);
+        fclose(f);
+        return ok && sb_str(b, "\n") ? CLNSA_SUCCESS : cx_fail(ctx, CLNSA_ERROR_OUT_OF_HOST_MEMORY, "out of host memory");
+    }
+    for (size_t i = 0; i < clnsa_embedded_source_count; ++i)
+        if (strcmp(clnsa_embedded_sources[i].name, name) == 0)
+            return sb_add(b, clnsa_embedded_sources[i].text, clnsa_embedded_sources[i].size) && sb_str(b, "\n")
+                       ? CLNSA_SUCCESS
+                       : cx_fail(ctx, CLNSA_ERROR_OUT_OF_HOST_MEMORY, "out of host memory");
+    return cx_fail(ctx, CLNSA_ERROR_BUILD_FAILED, "kernel source: '%s' is not embedded in this build", name);
+}
+
+/* Options: the OpenCL C standard the device reports (never hard-coded: some
+ * compilers reject -cl-std=CL3.0 while accepting the same source without it). */
+static void build_options(const clnsa_context *ctx, char *buf, size_t size)
+{
+    snprintf(buf, size, "%s%s", ctx->info.opencl_c_major > 1 || ctx->info.opencl_c_minor >= 2 ? "-cl-std=CL1.2 " : "",
+             ctx->extra_options ? ctx->extra_options : "");
+}
+
+static clnsa_status build(clnsa_context *ctx, const char *src, const char *options, const char *what,
+                          cl_program *out)
+{
+    cl_int err;
+    cl_program p = clCreateProgramWithSource(ctx->cl, 1, &src, NULL, &err);
+    if (err != CL_SUCCESS) return cx_fail_cl(ctx, err, "clCreateProgramWithSource");
+    err = clBuildProgram(p, 1, &ctx->device, options, NULL, NULL);
+    if (err != CL_SUCCESS) {
+        size_t n = 0;
+        clGetProgramBuildInfo(p, ctx->device, CL_PROGRAM_BUILD_LOG, 0, NULL, &n);
+        char *log = calloc(n + 1, 1);
+        if (log) clGetProgramBuildInfo(p, ctx->device, CL_PROGRAM_BUILD_LOG, n, log, NULL);
+        clnsa_status st = cx_fail(ctx, CLNSA_ERROR_BUILD_FAILED, "building kernels %s with options '%s' failed: %s (%d)\n%s",
+                                  what, options, cl_error_name(err), (int)err, log ? log : "(no build log)");
+        free(log);
+        clReleaseProgram(p);
+        return st;
+    }
+    *out = p;
+    return CLNSA_SUCCESS;
+}
+
+clnsa_status program_get(clnsa_context *ctx, const char *const *files, const char *defines, cl_program *out)
+{
+    char options[1024];
+    build_options(ctx, options, sizeof options);
+    strbuf key = {0};
+    bool ok = true;
+    for (const char *const *f = files; *f; ++f) ok = ok && sb_str(&key, *f) && sb_str(&key, " ");
+    ok = ok && sb_str(&key, "|") && sb_str(&key, defines) && sb_str(&key, "|") && sb_str(&key, options);
+    if (!ok) {
+        free(key.data);
+        return cx_fail(ctx, CLNSA_ERROR_OUT_OF_HOST_MEMORY, "out of host memory");
+    }
+
+    pthread_mutex_lock(&ctx->lock);
+    for (program_entry *e = ctx->programs; e; e = e->next)
+        if (strcmp(e->key, key.data) == 0) {
+            *out = e->program;
+            pthread_mutex_unlock(&ctx->lock);
+            free(key.data);
+            return CLNSA_SUCCESS;
+        }
+    /* Build under the lock: two threads asking for one program build it once. */
+    strbuf src = {0};
+    clnsa_status st = sb_str(&src, defines) && sb_str(&src, "\n") ? CLNSA_SUCCESS
+                                                                   : cx_fail(ctx, CLNSA_ERROR_OUT_OF_HOST_MEMORY, "out of host memory");
+    for (const char *const *f = files; *f && st == CLNSA_SUCCESS; ++f) st = append_source(ctx, &src, *f);
+    cl_program prog = NULL;
+    if (st == CLNSA_SUCCESS) st = build(ctx, src.data, options, key.data, &prog);
+    free(src.data);
+    program_entry *e = NULL;
+    if (st == CLNSA_SUCCESS && !(e = malloc(sizeof *e))) {
+        clReleaseProgram(prog);
+        st = cx_fail(ctx, CLNSA_ERROR_OUT_OF_HOST_MEMORY, "out of host memory");
+    }
+    if (st == CLNSA_SUCCESS) {
+        e->key = key.data;
+        e->program = prog;
+        e->next = ctx->programs;
+        ctx->programs = e;
+        *out = prog;
+    } else {
+        free(key.data);
+    }
+    pthread_mutex_unlock(&ctx->lock);
+    return st;
+}
+
+clnsa_status kernel_create(clnsa_context *ctx, cl_program prog, const char *name, cl_kernel *out)
+{
+    cl_int err;
+    *out = clCreateKernel(prog, name, &err);
+    return err == CL_SUCCESS ? CLNSA_SUCCESS : cx_fail_cl(ctx, err, name);
+}

@@ -1,0 +1,28 @@
+/* tuning.h: per-device tile and work-group choices of each kernel family. */
+#ifndef CLNSA_TUNING_H
+#define CLNSA_TUNING_H
+
+#include "internal.h"
+
+/* attn_tile.h kernels: WG work-items, GT query heads and TK keys per tile. */
+typedef struct {
+    size_t wg;
+    int gt, tk;
+    size_t local_bytes;
+} attn_params;
+
+clnsa_status tune_nsa_attn(const clnsa_device_info *info, int G, int DK, int DV, attn_params *p);
+
+/* nsa_topk.cl: as above plus JB selection blocks per chunk and PC_MAX, the
+ * compressed keys a chunk can overlap. */
+typedef struct {
+    size_t wg;
+    int gt, tk, jb;
+    int64_t pc_max;
+    size_t local_bytes;
+} topk_params;
+
+clnsa_status tune_nsa_topk(const clnsa_device_info *info, int G, int DK, int S, int block_size,
+                           int cmp_block, int cmp_stride, topk_params *p);
+
+#endif

@@ -1,0 +1,54 @@
+/* testutil.h: what every device test needs: a device (or a skip), buffers
+ * filled from host arrays in any dtype, poisoned outputs, and error norms. */
+#ifndef CLNSA_TESTUTIL_H
+#define CLNSA_TESTUTIL_H
+
+#include "clnsa.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct {
+    cl_platform_id platform;
+    cl_device_id device;
+    cl_context cl;
+    cl_command_queue queue;
+    clnsa_context *ctx;
+} test_env;
+
+/* Opens the device chosen by CLNSA_TEST_DEVICE ("P:D" indices) or the first
+ * one found. With no device: exits 77 (skip), or fails when
+ * CLNSA_REQUIRE_DEVICE=1 so that a broken OpenCL install cannot pass. */
+void test_env_open(test_env *env);
+void test_env_close(test_env *env);
+
+/* Deterministic uniform values in [lo, hi). */
+void fill_uniform(double *x, size_t n, double lo, double hi, uint64_t *seed);
+double *alloc_uniform(size_t n, double lo, double hi, uint64_t *seed);
+
+/* A device buffer holding x converted to dtype (f32/f16/bf16), and the values
+ * as the device sees them after rounding (written back into x when round_x). */
+cl_mem upload(const test_env *env, const double *x, size_t n, clnsa_dtype dtype, bool round_x);
+cl_mem upload_i32(const test_env *env, const int32_t *x, size_t n);
+/* A buffer of n elements of dtype filled with NaN (floats) or 0x7fffffff (i32). */
+cl_mem poisoned(const test_env *env, size_t n, clnsa_dtype dtype);
+/* Reads n elements of dtype back as double (blocking). */
+void download(const test_env *env, cl_mem m, size_t n, clnsa_dtype dtype, double *out);
+void download_i32(const test_env *env, cl_mem m, size_t n, int32_t *out);
+/* Rounds a host array as storage in dtype would. */
+void round_to(double *x, size_t n, clnsa_dtype dtype);
+
+/* ||x - ref|| / ||ref|| (or ||x|| when ref is all zero); NaN/inf in x gives +inf. */
+double rel_l2(const double *x, const double *ref, size_t n);
+/* Same, with -inf entries required to match exactly and skipped otherwise. */
+double rel_l2_lse(const double *x, const double *ref, size_t n);
+
+clnsa_tensor tensor4(cl_mem m, clnsa_dtype dt, int64_t a, int64_t b, int64_t c, int64_t d);
+clnsa_tensor tensor3(cl_mem m, clnsa_dtype dt, int64_t a, int64_t b, int64_t c);
+
+/* Directory of the golden cases (../shared/golden unpacked by the test
+ * setup), or NULL with a message when absent. */
+const char *golden_dir(void);
+
+#endif

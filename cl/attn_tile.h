@@ -8,7 +8,7 @@
  * DK, DV (head dims), TK (keys per tile), ACC_N = ceil(GT*DV / WG)
  * (output elements each work-item owns).
  *
- * Local memory (floats): qs[GT*DK], ks[TK*DK], vs[TK*DV], ps[GT*TK],
+ * Local memory (floats): qs[GT*DK], ks[TK*KPAD(DK)], vs[TK*DV], ps[GT*TK],
  * and m, l, alpha[GT] (running max, running sum, last rescale factor).
  * Rows past the real head count hold zero queries; their results are unused.
  */
@@ -29,21 +29,12 @@ inline void attn_reset(ATTN_SMEM_PARAMS, float acc[ACC_N], int lid)
     for (int i = 0; i < ACC_N; ++i) acc[i] = 0.0f;
 }
 
-/* One key tile of nk keys, already in ks / vs. Ends with a barrier so
+/* The online-softmax step of one key tile whose scores are already in ps
+ * (row g's nk scores at ps[g*TK ..]; -inf = masked) and whose values are in
+ * vs: rescales the rows' state and acc, adds p.v. Ends with a barrier so
  * that the caller may overwrite the tile afterwards. */
-inline void attend_tile(ATTN_SMEM_PARAMS, float acc[ACC_N], int nk, float scale, int lid)
+inline void attend_scores(ATTN_SMEM_PARAMS, float acc[ACC_N], int nk, int lid)
 {
-    for (int idx = lid; idx < GT * TK; idx += WG) {
-        int g = idx / TK, j = idx - g * TK;
-        float s = -INFINITY;
-        if (j < nk) {
-            float dot = 0.0f;
-            for (int d = 0; d < DK; ++d) dot = fma(qs[g * DK + d], ks[j * DK + d], dot);
-            s = dot * scale;
-        }
-        ps[idx] = s;
-    }
-    barrier(CLK_LOCAL_MEM_FENCE);
     /* A row whose max is still -inf has seen no key: keep its state, p = 0.
      * (Written as an outer uniform loop: PoCL 3.1 miscompiles this body in
      * the form `for (g = lid; g < GT; g += WG)`; Oclgrind finds no race.) */
@@ -76,6 +67,24 @@ inline void attend_tile(ATTN_SMEM_PARAMS, float acc[ACC_N], int nk, float scale,
     barrier(CLK_LOCAL_MEM_FENCE);
 }
 
+/* One key tile of nk keys, already in ks / vs: the scores, then
+ * attend_scores. Ends with a barrier. */
+inline void attend_tile(ATTN_SMEM_PARAMS, float acc[ACC_N], int nk, float scale, int lid)
+{
+    for (int idx = lid; idx < GT * TK; idx += WG) {
+        int g = idx / TK, j = idx - g * TK;
+        float s = -INFINITY;
+        if (j < nk) {
+            float dot = 0.0f;
+            for (int d = 0; d < DK; ++d) dot = fma(qs[g * DK + d], ks[j * KPAD(DK) + d], dot);
+            s = dot * scale;
+        }
+        ps[idx] = s;
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+    attend_scores(ATTN_SMEM, acc, nk, lid);
+}
+
 /* Attends to keys key0 .. key0+n-1 of a [.., keys, .., dim] strided view:
  * key r's element c is at k_base + r*k_rs + c*k_cs (same for v). */
 inline void attend_range(ATTN_SMEM_PARAMS, float acc[ACC_N], float scale, int lid,
@@ -86,8 +95,8 @@ inline void attend_range(ATTN_SMEM_PARAMS, float acc[ACC_N], float scale, int li
     for (int k0 = 0; k0 < n; k0 += TK) {
         int nk = min(TK, n - k0);
         idx_t r = (idx_t)(key0 + k0);
-        load_tile(ks, nk, DK, k, k_base + r * k_rs, k_rs, k_cs, lid, WG);
-        load_tile(vs, nk, DV, v, v_base + r * v_rs, v_rs, v_cs, lid, WG);
+        load_tile(ks, KPAD(DK), nk, DK, k, k_base + r * k_rs, k_rs, k_cs, lid, WG);
+        load_tile(vs, DV, nk, DV, v, v_base + r * v_rs, v_rs, v_cs, lid, WG);
         barrier(CLK_LOCAL_MEM_FENCE);
         attend_tile(ATTN_SMEM, acc, nk, scale, lid);
     }

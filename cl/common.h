@@ -80,14 +80,20 @@ inline seq_info seq_of(__global const int *cu, int nseq, int b, int t, int T)
     return s;
 }
 
-/* Copies `nrows` rows of `ncols` elements from a strided view into a dense
- * local tile (row-major), converting to f32. All work-items of the group call
- * it; the caller places the barriers. */
-inline void load_tile(__local float *dst, int nrows, int ncols, __global const store_t *src,
-                      idx_t base, idx_t row_stride, idx_t col_stride, int lid, int nthreads)
+/* Key tiles are read column-wise by neighbouring work-items (key j, then
+ * j+1, same d): rows padded by one float land in different local-memory
+ * banks instead of all in one. */
+#define KPAD(d) ((d) + 1)
+
+/* Copies `nrows` rows of `ncols` elements from a strided view into a local
+ * tile whose rows are `dst_stride` floats apart, converting to f32. All
+ * work-items of the group call it; the caller places the barriers. */
+inline void load_tile(__local float *dst, int dst_stride, int nrows, int ncols,
+                      __global const store_t *src, idx_t base, idx_t row_stride, idx_t col_stride,
+                      int lid, int nthreads)
 {
     for (int i = lid; i < nrows * ncols; i += nthreads) {
         int r = i / ncols, c = i - r * ncols;
-        dst[i] = LOAD(src, base + (idx_t)r * row_stride + (idx_t)c * col_stride);
+        dst[r * dst_stride + c] = LOAD(src, base + (idx_t)r * row_stride + (idx_t)c * col_stride);
     }
 }

@@ -126,3 +126,101 @@ __kernel void store_from_f32(__global const float *src, idx_t src0, __global sto
     const int gid = get_global_id(0);
     if (gid < n) STORE(dst, gid, src[gid]);
 }
+
+/* ------------------------------------------------------------ backward */
+
+/* Finishes dk (or dv) of the tokens: the f32 partial sums of the selected
+ * and window branches (`part`, dense [B, T, H, D], may be NULL) plus the
+ * compressed branch's gradient brought back through the compression:
+ *   mean pooling (linear = 0): dxc [rows, H, D], each covering compressed
+ *     token i adds dxc[i] / (its real token count);
+ *   linear (linear = 1): dxc is dX [rows*H, l*D] = dk_cmp . W^T, token at
+ *     position j of block i adds dX[i][j*D + d].
+ * dxc may be NULL (no compressed branch, or given compressed tensors).
+ * A gather over the covering blocks, in index order: deterministic. */
+__kernel void grad_finish(__global const float *part, idx_t part0, __global const float *dxc, idx_t dxc0,
+                          int linear, __global store_t *dx, idx_t dx_off, idx4_t dx_st, int D, int H,
+                          int nc_per_b, __global const int *cu, idx_t cu0, int nseq,
+                          __global const int *cmp_off, idx_t cmp_off0, int T, int cmp_l, int cmp_d)
+{
+    const int d = get_global_id(0), h = get_global_id(1), bt = get_global_id(2);
+    if (d >= D || h >= H) return;
+    cu += cu0;
+    cmp_off += cmp_off0;
+    const int b = bt / T, t = bt - b * T;
+    float val = part ? part[part0 + ((idx_t)bt * H + h) * D + d] : 0.0f;
+    if (dxc) {
+        const seq_info sq = seq_of(cu, nseq, b, t, T);
+        const int tl = t - sq.start;
+#if VARLEN
+        const int row0 = sq.len > 0 ? cmp_off[sq.id] : 0;
+#else
+        const int row0 = b * nc_per_b;
+#endif
+        const int i_lo = tl >= cmp_l ? ceil_div(tl - cmp_l + 1, cmp_d) : 0;
+        for (int i = i_lo; sq.len > 0 && i <= tl / cmp_d; ++i) {
+            const idx_t r = row0 + i;
+            if (linear)
+                val += dxc[dxc0 + (r * H + h) * (idx_t)(cmp_l * D) + (tl - i * cmp_d) * D + d];
+            else
+                val += dxc[dxc0 + (r * H + h) * D + d] / (float)(min(sq.len, i * cmp_d + cmp_l) - i * cmp_d);
+        }
+    }
+    STORE(dx, at4(dx_off, dx_st, b, t, h, d), val);
+}
+
+/* Dense f32 [B*rows, H, D] -> a strided [B, rows, H, D] view in the storage
+ * type (dk_cmp / dv_cmp of given compressed tensors). */
+__kernel void store_view_from_f32(__global const float *src, idx_t src0, __global store_t *dst, idx_t dst_off,
+                                  idx4_t dst_st, int D, int H, int rows)
+{
+    const int d = get_global_id(0), h = get_global_id(1), br = get_global_id(2);
+    if (d >= D || h >= H) return;
+    const int b = br / rows, r = br - b * rows;
+    STORE(dst, at4(dst_off, dst_st, b, r, h, d), src[src0 + ((idx_t)br * H + h) * D + d]);
+}
+
+/* Linear compression, backward of the bias and position embedding, summed
+ * in a fixed order over rows and heads:
+ *   db[c] = sum dk_cmp[row, h, c],  dpe[j, c] = sum dX[row*H + h][j*D + c]
+ * over the blocks whose position j holds a real token. One work-item per
+ * column of [l*D] (dpe) and, for the first D of them, of db. */
+__kernel void linear_param_grads(__global const float *dxc, idx_t dxc0, __global const float *dX, idx_t dX0,
+                                 __global store_t *db, idx_t db_off, idx4_t db_st,
+                                 __global store_t *dpe, idx_t dpe_off, idx4_t dpe_st, int D, int H, int nrows,
+                                 int nc_per_b, __global const int *cu, idx_t cu0, int nseq,
+                                 __global const int *cmp_off, idx_t cmp_off0, int T, int cmp_l, int cmp_d)
+{
+    const int jd = get_global_id(0);
+    if (jd >= cmp_l * D) return;
+    cu += cu0;
+    cmp_off += cmp_off0;
+    const int j = jd / D, c = jd - j * D;
+    float sb = 0.0f, sp = 0.0f;
+    for (int r = 0; r < nrows; ++r) {
+        int b, start, len, i;
+        if (!cmp_row(r, nc_per_b, cu, nseq, cmp_off, T, &b, &start, &len, &i)) continue;
+        const bool real = i * cmp_d + j < len;
+        for (int h = 0; h < H; ++h) {
+            if (jd < D) sb += dxc[dxc0 + ((idx_t)r * H + h) * D + c];
+            if (real) sp += dX[dX0 + ((idx_t)r * H + h) * (cmp_l * D) + jd];
+        }
+    }
+    if (db && jd < D) STORE(db, at4(db_off, db_st, c, 0, 0, 0), sb);
+    if (dpe) STORE(dpe, at4(dpe_off, dpe_st, j, c, 0, 0), sp);
+}
+
+/* Dense f32 [R, C] -> a strided 2-d view in the storage type (dW). */
+__kernel void store_2d_from_f32(__global const float *src, idx_t src0, __global store_t *dst, idx_t dst_off,
+                                idx4_t dst_st, int R, int C)
+{
+    const int c = get_global_id(0), r = get_global_id(1);
+    if (c < C && r < R) STORE(dst, at4(dst_off, dst_st, r, c, 0, 0), src[src0 + (idx_t)r * C + c]);
+}
+
+/* Zeroes n floats (a GEMM's C before beta = 0, which would keep a NaN). */
+__kernel void fill_zero(__global float *p, idx_t p0, int n)
+{
+    const int gid = get_global_id(0);
+    if (gid < n) p[p0 + gid] = 0.0f;
+}

@@ -9,26 +9,13 @@
  * NGT = ceil(G/GT), HAS_CMP, HAS_SLC, HAS_SWA, HAS_COUNTS, BS (selection
  * block), S (slots per row), CMP_L, CMP_D, WINDOW.
  * NDRange: (WG * T * NGT, H, B); group (t*NGT + head tile, kv head, batch).
+ *
+ * With BWD_PRE the same kernel is the backward's prologue: it recomputes each
+ * branch's output o_b, and instead of o it reads the output gradient (in the
+ * `o` argument) and writes, per query row, dg_b = do . o_b (to the optional
+ * dg tensors) and the softmax correction D_b = g_b * dg_b (f32, in the lse
+ * arguments). Rows are reduced in a fixed order: deterministic.
  */
-
-/* Selection: the union of the selected blocks, each clipped to keys <= t. */
-inline void attend_selected(ATTN_SMEM_PARAMS, float acc[ACC_N], float scale, int lid,
-                            __global const store_t *k, idx_t k_base, idx_t k_rs, idx_t k_cs,
-                            __global const store_t *v, idx_t v_base, idx_t v_rs, idx_t v_cs,
-                            __global const int *bidx, idx_t row, idx_t slot_stride, int nslots,
-                            int tl)
-{
-    /* Barriers sit only in loops whose trip counts are uniform; a skipped
-     * slot attends to zero keys instead of branching around the barriers. */
-    for (int s = 0; s < nslots; ++s) {
-        int j = bidx[row + (idx_t)s * slot_stride];
-        bool skip = j < 0 || j > tl / BS;
-        for (int e = 0; e < s; ++e) skip = skip || (bidx[row + (idx_t)e * slot_stride] == j);
-        int key0 = skip ? 0 : j * BS;
-        attend_range(ATTN_SMEM, acc, scale, lid, k, k_base, k_rs, k_cs, v, v_base, v_rs, v_cs, key0,
-                     skip ? 0 : min(BS, tl + 1 - key0));
-    }
-}
 
 /* Adds gate * (branch output) to out[] and saves the branch lse. */
 inline void finish_branch(ATTN_SMEM_PARAMS, const float acc[ACC_N], float out[ACC_N], int lid, int ng,
@@ -44,6 +31,42 @@ inline void finish_branch(ATTN_SMEM_PARAMS, const float acc[ACC_N], float out[AC
         for (int g = lid; g < ng; g += WG) lse[lse_base + g * lse_hs] = attn_lse(ATTN_SMEM, g);
 }
 
+/* Backward prologue: per row, dg = do . o_b summed in a fixed order. */
+inline void finish_branch_pre(ATTN_SMEM_PARAMS, const float acc[ACC_N], __local float *red, int lid,
+                              int ng, __global const store_t *dout, idx_t do_base, idx_t do_hs,
+                              idx_t do_ds, __global const store_t *gate, idx_t gate_base,
+                              idx_t gate_hs, __global float *dlt, idx_t dlt_base, idx_t dlt_hs,
+                              __global store_t *dg, idx_t dg_base, idx_t dg_hs)
+{
+    for (int i = 0; i < ACC_N; ++i) {
+        int idx = lid + i * WG;
+        int g = idx / DV, d = idx - g * DV;
+        if (idx < GT * DV)
+            red[idx] = g < ng ? LOAD(dout, do_base + g * do_hs + d * do_ds) * attn_out(ATTN_SMEM, acc[i], g)
+                              : 0.0f;
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+    for (int g0 = 0; g0 < ng; g0 += WG) {
+        const int g = g0 + lid;
+        if (g >= ng) break;
+        float sum = 0.0f;
+        for (int d = 0; d < DV; ++d) sum += red[g * DV + d];
+        if (dg) STORE(dg, dg_base + g * dg_hs, sum);
+        dlt[dlt_base + g * dlt_hs] = LOAD(gate, gate_base + g * gate_hs) * sum;
+    }
+}
+
+#if BWD_PRE
+#define O_T const store_t
+#define FINISH(gate, gate_base, gate_hs, lse, lse_base, lse_hs, dg, dg_base, dg_hs)                    \
+    finish_branch_pre(ATTN_SMEM, acc, red, lid, ng, o, at4(o_off, o_st, b, t, hq0, 0), o_st.z, o_st.w, \
+                      gate, gate_base, gate_hs, lse, lse_base, lse_hs, dg, dg_base, dg_hs)
+#else
+#define O_T store_t
+#define FINISH(gate, gate_base, gate_hs, lse, lse_base, lse_hs, dg, dg_base, dg_hs)                    \
+    finish_branch(ATTN_SMEM, acc, out, lid, ng, gate, gate_base, gate_hs, lse, lse_base, lse_hs)
+#endif
+
 __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void nsa_fwd(
     __global const store_t *q, idx_t q_off, idx4_t q_st,
     __global const store_t *k, idx_t k_off, idx4_t k_st,
@@ -56,13 +79,22 @@ __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void nsa_fwd(
     __global const int *cu, idx_t cu0, int nseq, __global const int *cmp_off, idx_t cmp_off0,
     __global const int *bidx, idx_t bi_off, idx4_t bi_st,
     __global const int *bcnt, idx_t bc_off, idx4_t bc_st,
-    __global store_t *o, idx_t o_off, idx4_t o_st,
+    __global O_T *o, idx_t o_off, idx4_t o_st,
     __global float *lse_cmp, idx_t lc_off, idx4_t lc_st,
     __global float *lse_slc, idx_t ls_off, idx4_t ls_st,
     __global float *lse_swa, idx_t lw_off, idx4_t lw_st,
-    int T, float scale)
+    int T, float scale
+#if BWD_PRE
+    , __global store_t *dg_cmp, idx_t dc_off, idx4_t dc_st,
+    __global store_t *dg_slc, idx_t ds_off, idx4_t ds_st,
+    __global store_t *dg_swa, idx_t dw_off, idx4_t dw_st
+#endif
+    )
 {
-    __local float qs[GT * DK], ks[TK * DK], vs[TK * DV], ps[GT * TK], m_run[GT], l_run[GT], alpha[GT];
+    __local float qs[GT * DK], ks[TK * KPAD(DK)], vs[TK * DV], ps[GT * TK], m_run[GT], l_run[GT], alpha[GT];
+#if BWD_PRE
+    __local float red[GT * DV];
+#endif
     const int lid = get_local_id(0);
     cu += cu0;
     cmp_off += cmp_off0;
@@ -88,18 +120,12 @@ __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void nsa_fwd(
     attn_reset(ATTN_SMEM, acc, lid);
     barrier(CLK_LOCAL_MEM_FENCE);
     {
-        int nvis = live && tl >= CMP_L - 1 ? (tl - (CMP_L - 1)) / CMP_D + 1 : 0;
-#if VARLEN
-        int row0 = cmp_off[sq.id];
-#else
-        int row0 = 0;
-#endif
-        nvis = clamp(nc_rows - row0, 0, nvis);
+        const int row0 = cmp_row0(cmp_off, sq), nvis = cmp_visible(tl, live, nc_rows, row0);
         attend_range(ATTN_SMEM, acc, scale, lid, kc, at4(kc_off, kc_st, b, 0, h, 0), kc_st.y, kc_st.w,
                      vc, at4(vc_off, vc_st, b, 0, h, 0), vc_st.y, vc_st.w, row0, nvis);
     }
-    finish_branch(ATTN_SMEM, acc, out, lid, ng, g_cmp, at4(gc_off, gc_st, b, t, hq0, 0), gc_st.z,
-                  lse_cmp, at4(lc_off, lc_st, b, t, hq0, 0), lc_st.z);
+    FINISH(g_cmp, at4(gc_off, gc_st, b, t, hq0, 0), gc_st.z, lse_cmp, at4(lc_off, lc_st, b, t, hq0, 0), lc_st.z,
+           dg_cmp, at4(dc_off, dc_st, b, t, hq0, 0), dc_st.z);
     barrier(CLK_LOCAL_MEM_FENCE);
 #endif
 
@@ -107,17 +133,15 @@ __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void nsa_fwd(
     attn_reset(ATTN_SMEM, acc, lid);
     barrier(CLK_LOCAL_MEM_FENCE);
     {
-#if HAS_COUNTS
-        int nslots = live ? clamp(bcnt[at4(bc_off, bc_st, b, t, h, 0)], 0, S) : 0;
-#else
-        int nslots = live ? S : 0;
-#endif
-        idx_t kb = at4(k_off, k_st, b, sq.start, h, 0), vb = at4(v_off, v_st, b, sq.start, h, 0);
-        attend_selected(ATTN_SMEM, acc, scale, lid, k, kb, k_st.y, k_st.w, v, vb, v_st.y, v_st.w, bidx,
-                        at4(bi_off, bi_st, b, t, h, 0), bi_st.w, nslots, tl);
+        const int nslots = slc_slots(bcnt, at4(bc_off, bc_st, b, t, h, 0), live);
+        const idx_t kb = at4(k_off, k_st, b, sq.start, h, 0), vb = at4(v_off, v_st, b, sq.start, h, 0);
+        for (int s = 0; s < nslots; ++s) {
+            const int2 r = slc_slot(bidx, at4(bi_off, bi_st, b, t, h, 0), bi_st.w, s, tl);
+            attend_range(ATTN_SMEM, acc, scale, lid, k, kb, k_st.y, k_st.w, v, vb, v_st.y, v_st.w, r.x, r.y);
+        }
     }
-    finish_branch(ATTN_SMEM, acc, out, lid, ng, g_slc, at4(gs_off, gs_st, b, t, hq0, 0), gs_st.z,
-                  lse_slc, at4(ls_off, ls_st, b, t, hq0, 0), ls_st.z);
+    FINISH(g_slc, at4(gs_off, gs_st, b, t, hq0, 0), gs_st.z, lse_slc, at4(ls_off, ls_st, b, t, hq0, 0), ls_st.z,
+           dg_slc, at4(ds_off, ds_st, b, t, hq0, 0), ds_st.z);
     barrier(CLK_LOCAL_MEM_FENCE);
 #endif
 
@@ -125,18 +149,20 @@ __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void nsa_fwd(
     attn_reset(ATTN_SMEM, acc, lid);
     barrier(CLK_LOCAL_MEM_FENCE);
     {
-        int key0 = max(0, tl - WINDOW + 1);
+        const int key0 = swa_key0(tl);
         idx_t kb = at4(k_off, k_st, b, sq.start, h, 0), vb = at4(v_off, v_st, b, sq.start, h, 0);
         attend_range(ATTN_SMEM, acc, scale, lid, k, kb, k_st.y, k_st.w, v, vb, v_st.y, v_st.w, key0,
                      live ? tl + 1 - key0 : 0);
     }
-    finish_branch(ATTN_SMEM, acc, out, lid, ng, g_swa, at4(gw_off, gw_st, b, t, hq0, 0), gw_st.z,
-                  lse_swa, at4(lw_off, lw_st, b, t, hq0, 0), lw_st.z);
+    FINISH(g_swa, at4(gw_off, gw_st, b, t, hq0, 0), gw_st.z, lse_swa, at4(lw_off, lw_st, b, t, hq0, 0), lw_st.z,
+           dg_swa, at4(dw_off, dw_st, b, t, hq0, 0), dw_st.z);
 #endif
 
+#if !BWD_PRE
     for (int i = 0; i < ACC_N; ++i) {
         int idx = lid + i * WG;
         int g = idx / DV, d = idx - g * DV;
         if (idx < GT * DV && g < ng) STORE(o, at4(o_off, o_st, b, t, hq0 + g, d), out[i]);
     }
+#endif
 }

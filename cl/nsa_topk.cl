@@ -31,7 +31,7 @@ inline void tile_scores(__local const float *qs, __local const float *ks, __loca
         float s = -INFINITY;
         if (j < nk && g < ng) {
             float dot = 0.0f;
-            for (int d = 0; d < DK; ++d) dot = fma(qs[g * DK + d], ks[j * DK + d], dot);
+            for (int d = 0; d < DK; ++d) dot = fma(qs[g * DK + d], ks[j * KPAD(DK) + d], dot);
             s = dot * scale;
         }
         ps[idx] = s;
@@ -61,7 +61,7 @@ __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void nsa_topk(
     __global int *bidx, idx_t bi_off, idx4_t bi_st,
     int T, float scale)
 {
-    __local float qs[GT * DK], ks[TK * DK], ps[GT * TK], lse[G], pc[PC_MAX], bsc[JB], tv[S];
+    __local float qs[GT * DK], ks[TK * KPAD(DK)], ps[GT * TK], lse[G], pc[PC_MAX], bsc[JB], tv[S];
     __local int ti[S];
     const int lid = get_local_id(0);
     cu += cu0;
@@ -88,7 +88,7 @@ __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void nsa_topk(
         for (int k0 = 0; k0 < nvis; k0 += TK) {
             const int nk = min(TK, nvis - k0);
             barrier(CLK_LOCAL_MEM_FENCE);
-            load_tile(ks, nk, DK, kc, kbase + (idx_t)k0 * kc_st.y, kc_st.y, kc_st.w, lid, WG);
+            load_tile(ks, KPAD(DK), nk, DK, kc, kbase + (idx_t)k0 * kc_st.y, kc_st.y, kc_st.w, lid, WG);
             barrier(CLK_LOCAL_MEM_FENCE);
             tile_scores(qs, ks, ps, nk, ng, scale, lid);
             barrier(CLK_LOCAL_MEM_FENCE);
@@ -129,7 +129,7 @@ __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void nsa_topk(
             for (int k0 = 0; k0 < npc; k0 += TK) {
                 const int nk = min(TK, npc - k0);
                 barrier(CLK_LOCAL_MEM_FENCE);
-                load_tile(ks, nk, DK, kc, kbase + (idx_t)(i_lo + k0) * kc_st.y, kc_st.y, kc_st.w,
+                load_tile(ks, KPAD(DK), nk, DK, kc, kbase + (idx_t)(i_lo + k0) * kc_st.y, kc_st.y, kc_st.w,
                           lid, WG);
                 barrier(CLK_LOCAL_MEM_FENCE);
                 tile_scores(qs, ks, ps, nk, ng, scale, lid);

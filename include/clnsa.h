@@ -283,6 +283,266 @@ CLNSA_API clnsa_status clnsa_nsa_forward(clnsa_context *ctx, cl_command_queue qu
                                          cl_uint num_events_in_wait_list,
                                          const cl_event *wait_list, cl_event *event);
 
+/*
+ * NSA backward. Takes the forward's inputs (`in`, the same tensors and
+ * config), what the forward saved (`saved`: lse_cmp / lse_slc / lse_swa of
+ * every branch that is on, and, when the forward ran top-k, its
+ * block_indices; `saved->o` is not read) and the output gradient `dout`
+ * [B, T, HQ, DV]; writes the gradients in `grads`.
+ *
+ * It recomputes what is cheaper to recompute than to store: the compressed
+ * K/V and each branch's output (for the gate gradients and the softmax
+ * correction term). No gradient flows through the top-k choice.
+ *
+ * Deterministic: the same inputs give bitwise identical gradients run after
+ * run and for any work-group size of a configuration. No floating-point
+ * atomics: dq is owned by its query, dk/dv by their key (for the selected
+ * branch through an on-device inversion of block_indices into per-(block,
+ * KV head) lists of the query tokens that selected it, in token order).
+ *
+ * Workspace (queried with clnsa_nsa_backward_workspace_size), linear in T:
+ * the forward's (offsets and compressed K/V), plus 4*3*B*T*HQ bytes of
+ * correction terms, 4*B*T*H*(DK+DV) of f32 dk/dv partial sums, 4*NCmax*H*
+ * (DK+DV) of compressed-K/V gradients, and for the selected branch
+ * 4*B*H*(T*S + (NB+1)*(C+2)) bytes of inverted index (NB selection blocks,
+ * C <= 64 token chunks); linear compression adds its GEMM operands.
+ */
+typedef struct clnsa_nsa_grads {
+    clnsa_tensor dq, dk, dv;          /* required, shapes of q, k, v */
+    clnsa_tensor dg_cmp, dg_slc, dg_swa; /* optional, [B, T, HQ], for branches that are on */
+    clnsa_tensor dk_cmp, dv_cmp;      /* required when k_cmp / v_cmp were given */
+    clnsa_tensor dw_k, db_k, dpe_k;   /* linear compression: dw_k, dw_v required; */
+    clnsa_tensor dw_v, db_v, dpe_v;   /* db / dpe required when b / pe were given */
+} clnsa_nsa_grads;
+
+CLNSA_API clnsa_status clnsa_nsa_backward_workspace_size(clnsa_context *ctx, cl_command_queue queue,
+                                                         const clnsa_nsa_config *config,
+                                                         const clnsa_nsa_inputs *in,
+                                                         const clnsa_nsa_outputs *saved,
+                                                         const clnsa_tensor *dout,
+                                                         const clnsa_nsa_grads *grads, size_t *bytes);
+
+CLNSA_API clnsa_status clnsa_nsa_backward(clnsa_context *ctx, cl_command_queue queue,
+                                          const clnsa_nsa_config *config,
+                                          const clnsa_nsa_inputs *in,
+                                          const clnsa_nsa_outputs *saved,
+                                          const clnsa_tensor *dout, const clnsa_nsa_grads *grads,
+                                          cl_mem workspace, size_t workspace_bytes,
+                                          cl_uint num_events_in_wait_list,
+                                          const cl_event *wait_list, cl_event *event);
+
+/* ------------------------------------------------- block-sparse attention */
+
+/*
+ * Block-sparse attention, forward and backward.
+ *
+ * Shapes (natural layout, any valid strides accepted):
+ *   q [B, Tq, HQ, D], k [B, Tk, H, D], v [B, Tk, H, DV]; HQ = G*H for any
+ *   G >= 1 (query head hq reads KV head hq / G); D and DV multiples of 8 up to
+ *   256 (D != DV allowed); Tq, Tk >= 1 and Tq != Tk allowed. The float tensors
+ *   of one call share one dtype (f32, f16 or bf16); the arithmetic is f32.
+ * Scores: z_ij = scale * q_i . k_j (scale 0 = 1/sqrt(D)); with a soft cap
+ *   c > 0, z_ij = c * tanh(scale * q_i . k_j / c) (Gemma 2), whose exact
+ *   gradient the backward uses.
+ * Visibility: key j is visible to query i (batch row b, query head hq) iff
+ *   all of these hold:
+ *   - a block mask is given: mask[b, hq, i / q_block, j / kv_block] != 0;
+ *   - causal: pos_k[j] <= pos_q[i];
+ *   - window_left L >= 0: pos_k[j] >= pos_q[i] - L; window_right R >= 0:
+ *     pos_k[j] <= pos_q[i] + R (-1 leaves that side unbounded);
+ *   - segment ids are given: seg_q[i] == seg_k[j] and seg_q[i] >= 0 (a
+ *     negative id marks padding, which attends to nothing and is seen by
+ *     nothing).
+ *   Positions default to pos_q[b, i] = i + (Tk - Tq) and pos_k[b, j] = j
+ *   (bottom-right alignment, as FlashAttention: a chunk of new queries
+ *   against a longer cache works); q_positions / kv_positions replace either.
+ * Sinks: an optional f32 logit s_h per query head joins the softmax
+ *   denominator once and carries no value (gpt-oss):
+ *   p_ij = exp(z_ij) / (sum_j' exp(z_ij') + exp(s_h)).
+ * Outputs: o [B, Tq, HQ, DV] = sum_j p_ij v_j and lse [B, Tq, HQ] (f32) =
+ *   log(sum_j exp(z_ij) [+ exp(s_h)]). A row that sees nothing has o = 0 and
+ *   lse = -inf (lse = s_h with a sink); never NaN.
+ * Block mask: an int32 map of blocks of q_block x kv_block tokens, nonzero =
+ *   on, of shape [NQB, NKB], [HQ', NQB, NKB] or [B', HQ', NQB, NKB] with
+ *   NQB = ceil(Tq / q_block), NKB = ceil(Tk / kv_block), B' in {1, B} and
+ *   HQ' in {1, HQ}; an extent of 1 (or a stride of 0) is shared by all batch
+ *   rows or heads. The clnsa_block_mask_* builders below write such maps.
+ * Work: each call derives, on the device and in the workspace, the
+ *   block-sparse rows of its kernel tiles (CSR: per query tile the key tiles
+ *   to visit, split into full tiles, which need no element mask, and partial
+ *   tiles, which do) from the block mask, causal, window, positions and
+ *   segments, so work is proportional to the visible tiles; without a block
+ *   mask, causal / window / segments alone decide which tiles are skipped.
+ *   The backward builds its own rows and the transposed form (per key tile,
+ *   the query tiles) at its own tile sizes, which may differ from the
+ *   forward's: a layout is never reused at another granularity.
+ * Backward: dq, dk, dv and dsinks (dsink_h = -sum_{b,i} p_sink(i) * sum_d
+ *   o_id * do_id, p_sink(i) = exp(s_h - lse_i)) from q, k, v, o, lse and do.
+ *   Deterministic: no floating-point atomics; each dq row is owned by its
+ *   query tile, each dk / dv row by its key tile (which visits the query
+ *   tiles of all G heads of its group in a fixed order), so two runs, and
+ *   runs with another work-group size, give bitwise equal gradients.
+ */
+typedef struct clnsa_blocksparse_config {
+    float scale;      /* 0 = 1/sqrt(D) (default) */
+    float softcap;    /* c > 0 turns the soft cap on; 0 = off (default) */
+    int causal;       /* 0 (default) or 1 */
+    int window_left;  /* L >= 0, or -1 = unbounded (default) */
+    int window_right; /* R >= 0, or -1 = unbounded (default) */
+    int q_block;      /* query tokens per block of the block mask (default 64) */
+    int kv_block;     /* key tokens per block of the block mask (default 64) */
+} clnsa_blocksparse_config;
+
+/* Fills the defaults: dense, non-causal attention, blocks of 64 x 64. */
+CLNSA_API void clnsa_blocksparse_config_init(clnsa_blocksparse_config *config);
+
+typedef struct clnsa_blocksparse_inputs {
+    clnsa_tensor q, k, v;                       /* required */
+    clnsa_tensor q_positions, kv_positions;     /* optional int32 [B, Tq], [B, Tk] */
+    clnsa_tensor q_segment_ids, kv_segment_ids; /* optional int32 [B, Tq], [B, Tk]; both or neither */
+    clnsa_tensor sinks;                         /* optional f32 [HQ] */
+    clnsa_tensor block_mask;                    /* optional int32, see above */
+} clnsa_blocksparse_inputs;
+
+typedef struct clnsa_blocksparse_outputs {
+    clnsa_tensor o;   /* required [B, Tq, HQ, DV] */
+    clnsa_tensor lse; /* optional f32 [B, Tq, HQ] (the backward needs it) */
+} clnsa_blocksparse_outputs;
+
+/* Bytes of workspace the forward needs for these arguments: the tile
+ * statistics, row offsets and the kernel tiles' block-sparse rows, whose
+ * capacity is the number of tiles causal / window (with default positions)
+ * can leave visible, times the distinct layouts (batch rows when positions,
+ * segments or a per-row mask are given; heads when the mask is per head). */
+CLNSA_API clnsa_status clnsa_blocksparse_forward_workspace_size(clnsa_context *ctx,
+                                                                const clnsa_blocksparse_config *config,
+                                                                const clnsa_blocksparse_inputs *in,
+                                                                const clnsa_blocksparse_outputs *out,
+                                                                size_t *bytes);
+
+/* Enqueues the forward on `queue` after `wait_list`; `*event` (if non-NULL)
+ * completes when o and lse are written. The caller releases it. */
+CLNSA_API clnsa_status clnsa_blocksparse_forward(clnsa_context *ctx, cl_command_queue queue,
+                                                 const clnsa_blocksparse_config *config,
+                                                 const clnsa_blocksparse_inputs *in,
+                                                 const clnsa_blocksparse_outputs *out,
+                                                 cl_mem workspace, size_t workspace_bytes,
+                                                 cl_uint num_events_in_wait_list,
+                                                 const cl_event *wait_list, cl_event *event);
+
+typedef struct clnsa_blocksparse_grad_inputs {
+    clnsa_tensor o;   /* required: the forward's o [B, Tq, HQ, DV] */
+    clnsa_tensor lse; /* required: the forward's lse, f32 [B, Tq, HQ] */
+    clnsa_tensor do_; /* required: dL/do [B, Tq, HQ, DV] */
+} clnsa_blocksparse_grad_inputs;
+
+typedef struct clnsa_blocksparse_grads {
+    clnsa_tensor dq;     /* optional [B, Tq, HQ, D] (absent: not computed) */
+    clnsa_tensor dk;     /* optional [B, Tk, H, D] */
+    clnsa_tensor dv;     /* optional [B, Tk, H, DV] */
+    clnsa_tensor dsinks; /* optional f32 [HQ]; only with sinks */
+} clnsa_blocksparse_grads;
+
+/* Bytes of workspace the backward needs: as the forward's at the backward's
+ * tiles, plus the transposed rows and 4*B*Tq*HQ bytes of row sums
+ * delta_i = sum_d o_id * do_id. */
+CLNSA_API clnsa_status clnsa_blocksparse_backward_workspace_size(clnsa_context *ctx,
+                                                                 const clnsa_blocksparse_config *config,
+                                                                 const clnsa_blocksparse_inputs *in,
+                                                                 const clnsa_blocksparse_grad_inputs *gin,
+                                                                 const clnsa_blocksparse_grads *grads,
+                                                                 size_t *bytes);
+
+/* Enqueues the backward: every gradient present is overwritten (not
+ * accumulated). The config and inputs must be those of the forward. */
+CLNSA_API clnsa_status clnsa_blocksparse_backward(clnsa_context *ctx, cl_command_queue queue,
+                                                  const clnsa_blocksparse_config *config,
+                                                  const clnsa_blocksparse_inputs *in,
+                                                  const clnsa_blocksparse_grad_inputs *gin,
+                                                  const clnsa_blocksparse_grads *grads,
+                                                  cl_mem workspace, size_t workspace_bytes,
+                                                  cl_uint num_events_in_wait_list,
+                                                  const cl_event *wait_list, cl_event *event);
+
+/*
+ * Block-mask builders. Each writes a block mask (int32, 1 = on, 0 = off; a
+ * view of rank 2..4 as described above, each block (qb, kb) in units of
+ * q_block x kv_block tokens) on the device, with no workspace. With the
+ * default positions pos_q[i] = i + (Tk - Tq), pos_k[j] = j, block (qb, kb)
+ * holds the queries i in [qb*q_block, min(Tq, (qb+1)*q_block)) and the keys
+ * j in [kb*kv_block, min(Tk, (kb+1)*kv_block)), and is on for:
+ *   ALL      every block;
+ *   CAUSAL   some (i, j) of the block has j <= pos_q[i];
+ *   WINDOW   some (i, j) has pos_q[i] - L <= j <= pos_q[i] + R (L =
+ *            window_left, R = window_right, -1 = unbounded side);
+ *   STRIDED  (diag(qb) - kb) mod stride == 0 (dilated blocks): every
+ *            stride-th key block counted from diag(qb) = floor(pos_q[first
+ *            query of qb] / kv_block), the key block on the diagonal, in both
+ *            directions (AND with CAUSAL for a causal pattern);
+ *   GLOBAL   the key block holds one of the first global_tokens keys
+ *            (kb * kv_block < global_tokens): those keys are visible to all;
+ *   SEGMENT  some (i, j) has seg_q[b, i] == seg_k[b, j] >= 0 (documents):
+ *            the mask must have a batch extent B (or B be 1).
+ * The masks are block-granular: combine them with the element rules of the
+ * attention call (causal, window, segments), e.g. a causal sliding window
+ * with global tokens is OR(WINDOW, GLOBAL) AND CAUSAL with config.causal = 1.
+ */
+typedef enum clnsa_block_mask_kind {
+    CLNSA_BLOCK_MASK_ALL = 0,
+    CLNSA_BLOCK_MASK_CAUSAL = 1,
+    CLNSA_BLOCK_MASK_WINDOW = 2,
+    CLNSA_BLOCK_MASK_STRIDED = 3,
+    CLNSA_BLOCK_MASK_GLOBAL = 4,
+    CLNSA_BLOCK_MASK_SEGMENT = 5
+} clnsa_block_mask_kind;
+
+/* How a builder's result meets what the mask holds: SET overwrites, AND and
+ * OR merge elementwise. */
+typedef enum clnsa_mask_op {
+    CLNSA_MASK_SET = 0,
+    CLNSA_MASK_AND = 1,
+    CLNSA_MASK_OR = 2
+} clnsa_mask_op;
+
+typedef struct clnsa_block_mask_desc {
+    clnsa_block_mask_kind kind;
+    int Tq, Tk;                 /* tokens (the mask is [.., ceil(Tq/q_block), ceil(Tk/kv_block)]) */
+    int q_block, kv_block;      /* block sizes in tokens (default 64, 64) */
+    int window_left;            /* WINDOW: L >= 0 or -1 (default -1) */
+    int window_right;           /* WINDOW: R >= 0 or -1 (default -1) */
+    int stride;                 /* STRIDED: >= 1 (default 1) */
+    int global_tokens;          /* GLOBAL: >= 0 (default 0) */
+    clnsa_tensor q_segment_ids; /* SEGMENT: int32 [B, Tq] */
+    clnsa_tensor kv_segment_ids;/* SEGMENT: int32 [B, Tk] */
+} clnsa_block_mask_desc;
+
+/* Fills a descriptor of `kind` for Tq x Tk tokens with the defaults above. */
+CLNSA_API void clnsa_block_mask_desc_init(clnsa_block_mask_desc *desc, clnsa_block_mask_kind kind, int Tq,
+                                          int Tk);
+
+/* Writes (op SET) or merges (AND, OR) the mask `desc` describes into `mask`. */
+CLNSA_API clnsa_status clnsa_block_mask_build(clnsa_context *ctx, cl_command_queue queue,
+                                              const clnsa_block_mask_desc *desc, clnsa_mask_op op,
+                                              const clnsa_tensor *mask, cl_uint num_events_in_wait_list,
+                                              const cl_event *wait_list, cl_event *event);
+
+/* out = a AND b, or a OR b (op), elementwise; a and b may have extents of 1
+ * (or be of lower rank) where out has more, and either may be the same view
+ * as out. */
+CLNSA_API clnsa_status clnsa_block_mask_combine(clnsa_context *ctx, cl_command_queue queue, clnsa_mask_op op,
+                                                const clnsa_tensor *a, const clnsa_tensor *b,
+                                                const clnsa_tensor *out, cl_uint num_events_in_wait_list,
+                                                const cl_event *wait_list, cl_event *event);
+
+/* A custom mask from a host array: `host` holds one byte per block (nonzero =
+ * on) in C order of the mask's shape. The mask view must be contiguous (any
+ * offset). The bytes are copied before the call returns: the host array may
+ * be freed at once. */
+CLNSA_API clnsa_status clnsa_block_mask_from_host(clnsa_context *ctx, cl_command_queue queue,
+                                                  const uint8_t *host, const clnsa_tensor *mask,
+                                                  cl_uint num_events_in_wait_list,
+                                                  const cl_event *wait_list, cl_event *event);
+
 #ifdef __cplusplus
 }
 #endif

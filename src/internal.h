@@ -108,6 +108,44 @@ void chain_adopt(cmd_chain *c, cl_event ev);
  * command gets a marker so the caller still receives an event. */
 clnsa_status chain_finish(clnsa_context *ctx, cmd_chain *c, cl_event *event);
 
+/* ------------------------------------------------------------------ plans */
+
+/* An op's commands, all prepared before the first is enqueued. */
+enum { PLAN_KERNEL, PLAN_GEMM };
+#define PLAN_MAX_STEPS 48
+
+typedef struct {
+    int kind;
+    const char *name;
+    cl_kernel kernel;
+    size_t global[3], local[3];
+    /* GEMM, f32 row-major, operands in one buffer: C = op(A) op(B) + beta C */
+    cl_mem gemm_buf;
+    bool trans_a, trans_b;
+    size_t m, n, k, a_off, a_ld, b_off, b_ld, c_off, c_ld;
+    float beta;
+} plan_step;
+
+typedef struct {
+    int nsteps;
+    plan_step steps[PLAN_MAX_STEPS];
+} op_plan;
+
+/* Creates kernel `name` of `prog` as the next step over `global` (rounded up
+ * to a multiple of local0) and points `a` at it for setting arguments. */
+clnsa_status plan_add_kernel(clnsa_context *ctx, op_plan *p, cl_program prog, const char *name,
+                             const size_t global[3], size_t local0, kargs *a, bool idx_long);
+clnsa_status plan_args_done(clnsa_context *ctx, const kargs *a, const char *name);
+clnsa_status plan_add_gemm(clnsa_context *ctx, op_plan *p, cl_mem buf, bool trans_a, bool trans_b,
+                           size_t m, size_t n, size_t k, size_t a_off, size_t a_ld, size_t b_off,
+                           size_t b_ld, float beta, size_t c_off, size_t c_ld);
+clnsa_status plan_enqueue(clnsa_context *ctx, const op_plan *p, cmd_chain *chain);
+void plan_release(op_plan *p);
+/* Enqueues the plan if `prepared` is CLNSA_SUCCESS, hands the last event to
+ * the caller, and releases the plan either way. */
+clnsa_status plan_run(clnsa_context *ctx, op_plan *p, clnsa_status prepared, cl_command_queue queue,
+                      cl_uint nwait, const cl_event *wait, cl_event *event);
+
 /* ------------------------------------------------------------------ misc */
 
 int cx_env_int(const char *name, int fallback);

@@ -1,4 +1,5 @@
 /* testutil.c: see testutil.h. */
+#define _GNU_SOURCE /* strcasestr */
 #include "testutil.h"
 
 #include "fp16.h"
@@ -22,9 +23,17 @@ void test_env_open(test_env *env)
     cl_platform_id plats[16];
     cl_uint np = 0;
     if (clGetPlatformIDs(16, plats, &np) != CL_SUCCESS) np = 0;
+    /* CLNSA_TEST_DEVICE: "P:D" indices, or a word of the platform name */
     int want_p = -1, want_d = 0;
     const char *sel = getenv("CLNSA_TEST_DEVICE");
-    if (sel) sscanf(sel, "%d:%d", &want_p, &want_d);
+    if (sel && sscanf(sel, "%d:%d", &want_p, &want_d) != 2) {
+        for (cl_uint p = 0; p < np && want_p < 0; ++p) {
+            char name[256] = "";
+            clGetPlatformInfo(plats[p], CL_PLATFORM_NAME, sizeof name, name, NULL);
+            if (strcasestr(name, sel)) want_p = (int)p;
+        }
+        want_d = 0;
+    }
     for (cl_uint p = 0; p < np && !env->device; ++p) {
         if (want_p >= 0 && (int)p != want_p) continue;
         cl_device_id devs[16];
@@ -179,6 +188,18 @@ double rel_l2(const double *x, const double *ref, size_t n)
         den += ref[i] * ref[i];
     }
     return den > 0 ? sqrt(num / den) : sqrt(num);
+}
+
+double rel_l2_floor(const double *x, const double *ref, size_t n, double floor_rms)
+{
+    double num = 0, den = 0;
+    for (size_t i = 0; i < n; ++i) {
+        if (!isfinite(x[i])) return INFINITY;
+        num += (x[i] - ref[i]) * (x[i] - ref[i]);
+        den += ref[i] * ref[i];
+    }
+    const double fl = floor_rms * floor_rms * (double)n;
+    return sqrt(num / (den > fl ? den : fl));
 }
 
 double rel_l2_lse(const double *x, const double *ref, size_t n)

@@ -41,6 +41,9 @@ void round_to(double *x, size_t n, clnsa_dtype dtype);
 
 /* ||x - ref|| / ||ref|| (or ||x|| when ref is all zero); NaN/inf in x gives +inf. */
 double rel_l2(const double *x, const double *ref, size_t n);
+/* Same, but the denominator is at least n * floor_rms^2: for gradients that
+ * are zero in exact arithmetic (a bias under softmax shift invariance). */
+double rel_l2_floor(const double *x, const double *ref, size_t n, double floor_rms);
 /* Same, with -inf entries required to match exactly and skipped otherwise. */
 double rel_l2_lse(const double *x, const double *ref, size_t n);
 

@@ -31,6 +31,25 @@ uint64_t tensor_extent(const clnsa_tensor *t)
     return last + 1;
 }
 
+/* tensor_extent in bytes, or false when it does not fit in 64 bits (huge
+ * strides or offset must not wrap around and pass the bounds check). */
+static bool extent_bytes(const clnsa_tensor *t, uint64_t *bytes)
+{
+    uint64_t last = t->offset;
+    for (int i = 0; i < t->rank; ++i)
+        if (t->shape[i] == 0) {
+            *bytes = 0;
+            return true;
+        }
+    for (int i = 0; i < t->rank; ++i) {
+        uint64_t step;
+        if (__builtin_mul_overflow((uint64_t)(t->shape[i] - 1), (uint64_t)t->strides[i], &step) ||
+            __builtin_add_overflow(last, step, &last))
+            return false;
+    }
+    return !__builtin_add_overflow(last, 1, &last) && !__builtin_mul_overflow(last, clnsa_dtype_size(t->dtype), bytes);
+}
+
 static void shape_str(const int64_t *shape, int rank, char *buf, size_t size)
 {
     size_t n = (size_t)snprintf(buf, size, "[");
@@ -57,10 +76,10 @@ static bool self_overlaps(const clnsa_tensor *t)
             order[j] = order[j - 1];
             order[j - 1] = tmp;
         }
-    int64_t span = 1;
+    uint64_t span = 1; /* unsigned: huge strides wrap instead of overflowing (the bounds check rejects them) */
     for (int i = 0; i < n; ++i) {
-        if (t->strides[order[i]] < span) return true;
-        span = t->strides[order[i]] * (t->shape[order[i]] - 1) + span;
+        if ((uint64_t)t->strides[order[i]] < span) return true;
+        span = (uint64_t)t->strides[order[i]] * (uint64_t)(t->shape[order[i]] - 1) + span;
     }
     return false;
 }
@@ -95,7 +114,10 @@ clnsa_status tensor_check(const clnsa_context *ctx, const clnsa_tensor *t, const
     if (err != CL_SUCCESS)
         return cx_fail(ctx, CLNSA_ERROR_INVALID_ARGUMENT, "%s: expected a valid cl_mem, clGetMemObjectInfo says %s", sp->name,
                        cl_error_name(err));
-    uint64_t need = tensor_extent(t) * clnsa_dtype_size(t->dtype);
+    uint64_t need;
+    if (!extent_bytes(t, &need))
+        return cx_fail(ctx, CLNSA_ERROR_OUT_OF_BOUNDS, "%s: the view's offset and strides overflow 64 bits, but the buffer has %zu (CL_MEM_SIZE)",
+                       sp->name, mem_size);
     if (need > mem_size)
         return cx_fail(ctx, CLNSA_ERROR_OUT_OF_BOUNDS, "%s: the view needs %llu bytes, but the buffer has %zu (CL_MEM_SIZE)",
                        sp->name, (unsigned long long)need, mem_size);

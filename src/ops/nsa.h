@@ -27,8 +27,9 @@ typedef struct {
     size_t total;
 } nsa_workspace;
 
+/* saved: `out` is what the forward saved, read by the backward. */
 clnsa_status nsa_validate(clnsa_context *ctx, const clnsa_nsa_config *cfg, const clnsa_nsa_inputs *in,
-                          const clnsa_nsa_outputs *out, nsa_problem *pb);
+                          const clnsa_nsa_outputs *out, bool saved, nsa_problem *pb);
 clnsa_status nsa_plan_workspace(clnsa_context *ctx, cl_command_queue queue, const nsa_problem *pb,
                                 nsa_workspace *ws);
 /* "-DSTORAGE=.. -DIDX_LONG=.. -DVARLEN=.." for this problem. */
@@ -38,12 +39,35 @@ void nsa_base_defines(const nsa_problem *pb, char *buf, size_t size);
 void nsa_cmp_views(const nsa_problem *pb, const clnsa_nsa_inputs *in, cl_mem ws,
                    const nsa_workspace *lay, clnsa_tensor *kc, clnsa_tensor *vc);
 
-/* Enqueues the sequence offsets and the compression into the workspace.
- * Kernels are created and their arguments set before anything is enqueued. */
-typedef struct nsa_compress_plan nsa_compress_plan;
-clnsa_status nsa_compress_prepare(clnsa_context *ctx, const nsa_problem *pb, const clnsa_nsa_inputs *in,
-                                  cl_mem ws, const nsa_workspace *lay, nsa_compress_plan **plan);
-clnsa_status nsa_compress_enqueue(clnsa_context *ctx, nsa_compress_plan *plan, cmd_chain *chain);
-void nsa_compress_release(nsa_compress_plan *plan);
+/* Steps that build the compressed K/V (and the sequence offsets) into the
+ * workspace: mean pooling or linear compression; nothing when given. */
+clnsa_status nsa_plan_compress(clnsa_context *ctx, op_plan *p, const nsa_problem *pb, const clnsa_nsa_inputs *in,
+                               cl_mem ws, const nsa_workspace *lay);
+clnsa_status nsa_compress_program(clnsa_context *ctx, const nsa_problem *pb, cl_program *prog);
+/* seq_offsets: per sequence, the sum of ceil(len/stride) before it. */
+clnsa_status nsa_plan_offsets(clnsa_context *ctx, op_plan *p, cl_program prog, const nsa_problem *pb,
+                              const clnsa_nsa_inputs *in, cl_mem ws, size_t off_bytes, int stride);
+/* linear_prepare + linear_gather: f32 weights at lay->w32, the bias in C
+ * (element offset c_off), the gathered blocks at lay->xg. */
+clnsa_status nsa_plan_linear_inputs(clnsa_context *ctx, op_plan *p, cl_program prog, const nsa_problem *pb,
+                                    const clnsa_nsa_inputs *in, cl_mem ws, const nsa_workspace *lay,
+                                    const clnsa_tensor *x, const clnsa_tensor *w, const clnsa_tensor *bias,
+                                    const clnsa_tensor *pe, size_t c_off, int D);
+/* cu_seqlens, N, and an offsets array (element offset off_bytes/4 of ws). */
+void nsa_seq_args(kargs *a, const nsa_problem *pb, const clnsa_nsa_inputs *in, cl_mem ws, size_t off_bytes);
+
+/* The files of nsa_fwd.cl's program (the forward, and the backward prologue). */
+extern const char *const nsa_fwd_files[];
+
+/* The defines every per-query NSA kernel takes (dims, branches, blocks). */
+void nsa_branch_defines(const nsa_problem *pb, const clnsa_nsa_inputs *in, char *buf, size_t size);
+/* Builds a per-query kernel (nsa_fwd, or nsa_bwd_dq) as the next plan step
+ * and sets its leading arguments, q .. block_counts; the caller adds the
+ * mode's own. acc_dim: the head dim of the per-row accumulator. */
+clnsa_status nsa_plan_query_kernel(clnsa_context *ctx, op_plan *p, const nsa_problem *pb, const clnsa_nsa_inputs *in,
+                                   const char *const *files, const char *name, attn_kind kind, int acc_dim,
+                                   const clnsa_tensor *kc, const clnsa_tensor *vc, const clnsa_tensor *bidx, cl_mem ws,
+                                   const nsa_workspace *lay, kargs *a);
+clnsa_status nsa_check_workspace(clnsa_context *ctx, const nsa_workspace *lay, cl_mem ws, size_t ws_bytes);
 
 #endif

@@ -92,15 +92,17 @@ static clnsa_status check_qkv(clnsa_context *ctx, const clnsa_nsa_inputs *in, ns
         in->q.shape[0] > 65535 || in->q.shape[2] > 65535)
         return cx_fail(ctx, CLNSA_ERROR_SHAPE_MISMATCH, "q: expected B, T, HQ >= 1 (B, HQ <= 65535), got [%lld, %lld, %lld, %lld]",
                        (long long)in->q.shape[0], (long long)in->q.shape[1], (long long)in->q.shape[2], (long long)in->q.shape[3]);
-    CHECK(check_head_dims(ctx, "q (DK)", pb->DK));
+    CHECK(check_head_dims(ctx, "q (DK)", in->q.shape[3]));
     CHECK(tensor_check(ctx, &in->k, &(tensor_spec){"k", pb->dtype, 4, {pb->B, pb->T, -1, pb->DK}, false}));
+    if (in->k.shape[2] < 1 || pb->HQ % in->k.shape[2])
+        return cx_fail(ctx, CLNSA_ERROR_SHAPE_MISMATCH, "k: expected a KV head count H >= 1 dividing HQ = %d, got H = %lld", pb->HQ,
+                       (long long)in->k.shape[2]);
     pb->H = (int)in->k.shape[2];
-    if (pb->H < 1 || pb->HQ % pb->H)
-        return cx_fail(ctx, CLNSA_ERROR_SHAPE_MISMATCH, "k: expected a KV head count H >= 1 dividing HQ = %d, got H = %d", pb->HQ, pb->H);
     pb->G = pb->HQ / pb->H;
     CHECK(tensor_check(ctx, &in->v, &(tensor_spec){"v", pb->dtype, 4, {pb->B, pb->T, pb->H, -1}, false}));
+    CHECK(check_head_dims(ctx, "v (DV)", in->v.shape[3]));
     pb->DV = (int)in->v.shape[3];
-    return check_head_dims(ctx, "v (DV)", pb->DV);
+    return CLNSA_SUCCESS;
 }
 
 static clnsa_status check_inputs(clnsa_context *ctx, const clnsa_nsa_inputs *in, nsa_problem *pb)
@@ -147,16 +149,27 @@ static clnsa_status check_inputs(clnsa_context *ctx, const clnsa_nsa_inputs *in,
     return CLNSA_SUCCESS;
 }
 
-static clnsa_status check_outputs(clnsa_context *ctx, const clnsa_nsa_outputs *out, nsa_problem *pb)
+/* The forward's outputs, or (backward) what the forward saved: then o is not
+ * read, and the lse of every branch that is on and the top-k's indices are
+ * inputs that must be there. */
+static clnsa_status check_outputs(clnsa_context *ctx, const clnsa_nsa_outputs *out, nsa_problem *pb, bool saved)
 {
     const int B = pb->B, T = pb->T, HQ = pb->HQ;
-    CHECK(tensor_check(ctx, &out->o, &(tensor_spec){"o", pb->dtype, 4, {B, T, HQ, pb->DV}, true}));
-    CHECK(check_opt(ctx, &out->lse_cmp, spec("lse_cmp", CLNSA_DTYPE_F32, 3, B, T, HQ, 0, true)));
-    CHECK(check_opt(ctx, &out->lse_slc, spec("lse_slc", CLNSA_DTYPE_F32, 3, B, T, HQ, 0, true)));
-    CHECK(check_opt(ctx, &out->lse_swa, spec("lse_swa", CLNSA_DTYPE_F32, 3, B, T, HQ, 0, true)));
+    const bool w = !saved;
+    if (!saved) CHECK(tensor_check(ctx, &out->o, &(tensor_spec){"o", pb->dtype, 4, {B, T, HQ, pb->DV}, true}));
+    const struct { const clnsa_tensor *t; const char *name; bool on; } lse[] = {
+        {&out->lse_cmp, saved ? "saved.lse_cmp" : "lse_cmp", pb->has_cmp},
+        {&out->lse_slc, saved ? "saved.lse_slc" : "lse_slc", pb->has_slc},
+        {&out->lse_swa, saved ? "saved.lse_swa" : "lse_swa", pb->has_swa},
+    };
+    for (int i = 0; i < 3; ++i) {
+        tensor_spec sp = spec(lse[i].name, CLNSA_DTYPE_F32, 3, B, T, HQ, 0, w);
+        CHECK(saved && lse[i].on ? tensor_check(ctx, lse[i].t, &sp) : check_opt(ctx, lse[i].t, sp));
+    }
     if (pb->run_topk)
         CHECK(tensor_check(ctx, &out->block_indices,
-                           &(tensor_spec){"out.block_indices", CLNSA_DTYPE_I32, 4, {B, T, pb->H, pb->S}, true}));
+                           &(tensor_spec){saved ? "saved.block_indices" : "out.block_indices", CLNSA_DTYPE_I32, 4,
+                                          {B, T, pb->H, pb->S}, w}));
     return CLNSA_SUCCESS;
 }
 
@@ -168,12 +181,14 @@ static bool needs_long_index(const clnsa_tensor *const *ts, size_t n)
 }
 
 clnsa_status nsa_validate(clnsa_context *ctx, const clnsa_nsa_config *cfg, const clnsa_nsa_inputs *in,
-                          const clnsa_nsa_outputs *out, nsa_problem *pb)
+                          const clnsa_nsa_outputs *out, bool saved, nsa_problem *pb)
 {
     if (!ctx) return CLNSA_ERROR_NULL_ARGUMENT;
     if (!cfg) return cx_fail(ctx, CLNSA_ERROR_NULL_ARGUMENT, "config: expected a clnsa_nsa_config, got NULL");
     if (!in) return cx_fail(ctx, CLNSA_ERROR_NULL_ARGUMENT, "in: expected clnsa_nsa_inputs, got NULL");
-    if (!out) return cx_fail(ctx, CLNSA_ERROR_NULL_ARGUMENT, "out: expected clnsa_nsa_outputs, got NULL");
+    if (!out)
+        return cx_fail(ctx, CLNSA_ERROR_NULL_ARGUMENT, saved ? "saved: expected the forward's clnsa_nsa_outputs, got NULL"
+                                                             : "out: expected clnsa_nsa_outputs, got NULL");
     memset(pb, 0, sizeof *pb);
     CHECK(check_config(ctx, cfg));
     pb->cfg = *cfg;
@@ -183,7 +198,7 @@ clnsa_status nsa_validate(clnsa_context *ctx, const clnsa_nsa_config *cfg, const
     CHECK(check_qkv(ctx, in, pb));
     if (pb->cfg.scale == 0.0f) pb->cfg.scale = 1.0f / sqrtf((float)pb->DK);
     CHECK(check_inputs(ctx, in, pb));
-    CHECK(check_outputs(ctx, out, pb));
+    CHECK(check_outputs(ctx, out, pb, saved));
     const clnsa_tensor *all[] = {&in->q, &in->k, &in->v, &in->g_cmp, &in->g_slc, &in->g_swa, &in->k_cmp,
                                  &in->v_cmp, &in->block_indices, &in->block_counts, &out->o, &out->lse_cmp,
                                  &out->lse_slc, &out->lse_swa, &out->block_indices};

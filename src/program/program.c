@@ -53,11 +53,18 @@ static clnsa_status append_source(clnsa_context *ctx, strbuf *b, const char *nam
 }
 
 /* Options: the OpenCL C standard the device reports (never hard-coded: some
- * compilers reject -cl-std=CL3.0 while accepting the same source without it). */
+ * compilers reject -cl-std=CL3.0 while accepting the same source without it),
+ * the context's and CLNSA_BUILD_OPTIONS's extras. On PoCL the optimizer is
+ * off: PoCL 3.1 (Debian 12) gives wrong, run-to-run varying results for the
+ * attention tiles when optimizing, where Oclgrind (which checks races and
+ * uninitialized reads), NVIDIA's compiler and PoCL at -cl-opt-disable agree
+ * with the reference. CLNSA_POCL_OPTIMIZE=1 turns it back on. */
 static void build_options(const clnsa_context *ctx, char *buf, size_t size)
 {
-    snprintf(buf, size, "%s%s", ctx->info.opencl_c_major > 1 || ctx->info.opencl_c_minor >= 2 ? "-cl-std=CL1.2 " : "",
-             ctx->extra_options ? ctx->extra_options : "");
+    const char *env = getenv("CLNSA_BUILD_OPTIONS");
+    const bool no_opt = ctx->info.vendor == CLNSA_VENDOR_POCL && cx_env_int("CLNSA_POCL_OPTIMIZE", 0) == 0;
+    snprintf(buf, size, "%s%s%s %s", ctx->info.opencl_c_major > 1 || ctx->info.opencl_c_minor >= 2 ? "-cl-std=CL1.2 " : "",
+             no_opt ? "-cl-opt-disable " : "", ctx->extra_options ? ctx->extra_options : "", env ? env : "");
 }
 
 static clnsa_status build(clnsa_context *ctx, const char *src, const char *options, const char *what,

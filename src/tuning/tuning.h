@@ -11,7 +11,19 @@ typedef struct {
     size_t local_bytes;
 } attn_params;
 
-clnsa_status tune_nsa_attn(const clnsa_device_info *info, int G, int DK, int DV, attn_params *p);
+/* The per-query kernels differ in what they keep in local memory. */
+typedef enum { ATTN_FWD, ATTN_BWD_PRE, ATTN_DQ } attn_kind;
+
+clnsa_status tune_nsa_attn(const clnsa_device_info *info, int G, int DK, int DV, attn_kind kind, attn_params *p);
+
+/* nsa_bwd_dkdv.cl: TKK keys per work-group, RQ query rows per chunk. */
+typedef struct {
+    size_t wg;
+    int tkk, rq;
+    size_t local_bytes;
+} dkdv_params;
+
+clnsa_status tune_nsa_dkdv(const clnsa_device_info *info, int DK, int DV, dkdv_params *p);
 
 /* nsa_topk.cl: as above plus JB selection blocks per chunk and PC_MAX, the
  * compressed keys a chunk can overlap. */

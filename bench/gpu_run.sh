@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# On the GPU machine, from the project root, after `bash .gpu/setup.sh`:
+# builds, runs the device tests on NVIDIA's OpenCL, then times the portable
+# NSA forward in the anchor configuration. Logs and JSON go to $OUT.
+#   bash bench/gpu_run.sh [T list, default 4096,8192,16384,32768,65536]
+set -uo pipefail
+OUT=${OUT:-/tmp/out}
+mkdir -p "$OUT"
+Ts=${1:-4096,8192,16384,32768,65536}
+meson setup build-gpu --buildtype=release >/dev/null && ninja -C build-gpu >/dev/null || exit 1
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$OUT/gpu.txt"
+export CLNSA_TEST_DEVICE=nvidia CLNSA_REQUIRE_DEVICE=1
+build-gpu/clnsa devices > "$OUT/devices.txt" 2>&1 || true
+for t in build-gpu/tests/test_nsa_fwd build-gpu/tests/test_golden build-gpu/tests/test_api; do
+    [ -x "$t" ] || continue
+    echo "== $t (NVIDIA OpenCL)"
+    (cd build-gpu && CLNSA_GOLDEN_DIR=$PWD/tests/golden "../$t" 2>&1 | tail -4) | tee -a "$OUT/tests.txt"
+done
+echo "== bench (portable path, NVIDIA OpenCL)"
+build-gpu/bench/bench_nsa --T "$Ts" --repeat 3 --json "$OUT/bench_nvidia.json" 2>&1 | tee "$OUT/bench.txt"

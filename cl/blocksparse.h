@@ -1,0 +1,115 @@
+/*
+ * blocksparse.h: device helpers shared by the block-sparse kernels (layout
+ * building, forward, backward): the tile classification and the element rule.
+ *
+ * Tile statistics: 5 ints per tile of query (or key) tokens [r0, r1):
+ *   [0] min position, [1] max position,
+ *   [2] min segment id >= 0, [3] max segment id >= 0 (INT_MAX, INT_MIN when
+ *       no token of the tile has one; 0, 0 without segment ids),
+ *   [4] 1 when every token of the tile has one same segment id >= 0.
+ * A tile pair is EMPTY when no (i, j) of it can be visible, FULL when every
+ * (i, j) of it is visible (the kernels then check nothing per element), and
+ * PARTIAL otherwise. EMPTY and FULL are only claimed when certain.
+ */
+
+#define BS_EMPTY 0
+#define BS_PARTIAL 1
+#define BS_FULL 2
+#define BS_STATS 5
+
+/* Element offset of [b, t] in a [B, T] int view (positions, segment ids). */
+inline idx_t bs_at2(idx_t off, idx4_t st, int b, int t) { return off + (idx_t)b * st.x + (idx_t)t * st.y; }
+
+/* The class of the tile pair: query tokens [r0, r1), key tokens [c0, c1)
+ * (both non-empty), with their statistics `qs` and `ks`. The block mask
+ * (absent when map is NULL) is read at blocks of QB x KB tokens from mbase
+ * with strides msq, msk. causal / wl / wr / has_seg are the call's rules. */
+inline int bs_classify(__global const int *qs, __global const int *ks, int causal, int wl, int wr, int has_seg,
+                       __global const int *map, idx_t mbase, idx_t msq, idx_t msk, int QB, int KB, int r0,
+                       int r1, int c0, int c1)
+{
+    const long qmin = qs[0], qmax = qs[1], kmin = ks[0], kmax = ks[1];
+    bool all = true, none = false;
+    if (causal) {
+        all = all && kmax <= qmin;
+        none = none || kmin > qmax;
+    }
+    if (wl >= 0) {
+        all = all && kmin >= qmax - wl;
+        none = none || kmax < qmin - wl;
+    }
+    if (wr >= 0) {
+        all = all && kmax <= qmin + wr;
+        none = none || kmin > qmax + wr;
+    }
+    if (has_seg) {
+        const int q0 = qs[2], q1 = qs[3], k0 = ks[2], k1 = ks[3];
+        none = none || q0 > q1 || k0 > k1 || q1 < k0 || k1 < q0;
+        all = all && qs[4] && ks[4] && q0 == k0;
+    }
+    if (map && !none) {
+        bool any = false, every = true;
+        for (int qb = r0 / QB; qb <= (r1 - 1) / QB; ++qb)
+            for (int kb = c0 / KB; kb <= (c1 - 1) / KB; ++kb) {
+                const bool on = map[mbase + (idx_t)qb * msq + (idx_t)kb * msk] != 0;
+                any = any || on;
+                every = every && on;
+            }
+        none = !any;
+        all = all && every;
+    }
+    return none ? BS_EMPTY : all ? BS_FULL : BS_PARTIAL;
+}
+
+/* The element rule of the attention kernels, for a PARTIAL tile: positions
+ * pq, pk, segment ids sq, sk (ignored unless has_seg), and the block-mask
+ * bit. CAUSAL and WINDOW are build-time switches; wl, wr (-1 = unbounded)
+ * the window. */
+inline bool bs_visible(int pq, int sq, int pk, int sk, int wl, int wr, int has_seg, bool map_on)
+{
+    bool ok = map_on;
+#if CAUSAL
+    ok = ok && pk <= pq;
+#endif
+#if WINDOW
+    ok = ok && (wl < 0 || (long)pk >= (long)pq - wl) && (wr < 0 || (long)pk <= (long)pq + wr);
+#else
+    (void)wl;
+    (void)wr;
+#endif
+    ok = ok && (!has_seg || (sq == sk && sq >= 0));
+    return ok;
+}
+
+/* The block-mask bit of tokens (i, j), or true without a mask. */
+inline bool bs_map_on(__global const int *map, idx_t mbase, idx_t msq, idx_t msk, int QB, int KB, int i, int j)
+{
+    return !map || map[mbase + (idx_t)(i / QB) * msq + (idx_t)(j / KB) * msk] != 0;
+}
+
+/* Score of a dot product: scale, then the soft cap when on. *dcap receives
+ * dz/du (1 - tanh^2), which the backward needs. */
+inline float bs_score(float dot, float scale, float softcap, float *dcap)
+{
+    float u = dot * scale;
+#if SOFTCAP
+    float t = tanh(u / softcap);
+    *dcap = 1.0f - t * t;
+    return softcap * t;
+#else
+    (void)softcap;
+    *dcap = 1.0f;
+    return u;
+#endif
+}
+
+/* A row's layout entry: where its tiles start in the columns array, how many
+ * are full (listed first) and how many in all. Values are clamped so that a
+ * damaged layout gives wrong results, never an out-of-bounds read. */
+inline int bs_row_span(__global const int *off, __global const int *full, int row, int cap, int *start, int *nfull)
+{
+    int s = clamp(off[row], 0, cap), e = clamp(off[row + 1], s, cap);
+    *start = s;
+    *nfull = clamp(full[row], 0, e - s);
+    return e - s;
+}

@@ -1,0 +1,318 @@
+/*
+ * blocksparse_bwd.cl: the block-sparse attention backward, deterministic
+ * (no atomics; every gradient element is summed by one work-item in a fixed
+ * order that depends on the tiles, never on the work-group size).
+ *
+ *   bs_bwd_delta  delta_i = sum_d o_id * do_id, one work-item per row.
+ *   bs_bwd_dkdv   a work-group owns one key tile of one KV head: for each of
+ *                 the G query heads of the group and each query tile of the
+ *                 transposed layout, P = exp(z - lse), dV += P^T dO,
+ *                 dZ = P (dO V^T - delta) [* dz/du], dK += scale dZ^T Q.
+ *   bs_bwd_dq     a work-group owns one query tile of one head: for each key
+ *                 tile of the layout row, dQ += scale dZ K.
+ *   bs_bwd_dsink  dsink_h = -sum_{b,i} exp(s_h - lse_i) delta_i, summed in
+ *                 DSINK_LANES fixed lanes, then the lanes in order.
+ *
+ * Defines (besides common.h, blocksparse.h): WG, BQ, BK (tiles), DK, DV,
+ * NQD = ceil(BQ*DK/WG), NKD = ceil(BK*DK/WG), NVD = ceil(BK*DV/WG), CAUSAL,
+ * WINDOW, SOFTCAP, SINKS.
+ * Local memory (floats): qs[BQ*DK], dos[BQ*DV], ks[BK*KPAD(DK)],
+ * vs[BK*KPAD(DV)], ps[BQ*BK], cs[BQ*BK] (SOFTCAP only), lse and delta [BQ].
+ */
+
+#define DSINK_LANES 64
+
+#if SOFTCAP
+#define CS_LEN (BQ * BK)
+#else
+#define CS_LEN 1
+#endif
+
+/* The arguments every tile kernel takes (inputs, rules, mask, row sums). */
+#define BWD_IN_PARAMS                                                                                      \
+    __global const store_t *q, idx_t q_off, idx4_t q_st, __global const store_t *k, idx_t k_off, idx4_t k_st,  \
+        __global const store_t *v, idx_t v_off, idx4_t v_st, __global const store_t *dout, idx_t do_off,       \
+        idx4_t do_st, __global const float *lse, idx_t lse_off, idx4_t lse_st, __global const float *delta,  \
+        idx_t dl_off, __global const int *pos_q, idx_t pq_off, idx4_t pq_st, __global const int *pos_k,       \
+        idx_t pk_off, idx4_t pk_st, __global const int *seg_q, idx_t sq_off, idx4_t sq_st,                   \
+        __global const int *seg_k, idx_t sk_off, idx4_t sk_st, __global const int *map, idx_t map_off,       \
+        idx4_t map_st, int QB, int KB, __global const int *lay_off, idx_t lo_off, __global const int *lay_full, \
+        idx_t lf_off, __global const int *lay_idx, idx_t li_off, int cap, int lay_bs, int lay_hs, int NQT,     \
+        int NKT, int Tq, int Tk, int HQ, int G, float scale, float softcap, int wl, int wr
+
+/* Loads query tile qt of head hq (rows past Tq are zero): q, do, lse, delta,
+ * positions and segment ids. */
+inline void load_q_side(__local float *qs, __local float *dos, __local float *lse_s, __local float *dl_s,
+                        __local int *qpos, __local int *qseg, __global const store_t *q, idx_t q_off,
+                        idx4_t q_st, __global const store_t *dout, idx_t do_off, idx4_t do_st,
+                        __global const float *lse, idx_t lse_off, idx4_t lse_st, __global const float *delta,
+                        __global const int *pos_q, idx_t pq_off, idx4_t pq_st, __global const int *seg_q,
+                        idx_t sq_off, idx4_t sq_st, int b, int hq, int i0, int nq, int Tq, int Tk, int HQ,
+                        int lid)
+{
+    for (int x = lid; x < BQ * DK; x += WG) {
+        const int g = x / DK, d = x - g * DK;
+        qs[x] = g < nq ? LOAD(q, at4(q_off, q_st, b, i0 + g, hq, d)) : 0.0f;
+    }
+    for (int x = lid; x < BQ * DV; x += WG) {
+        const int g = x / DV, d = x - g * DV;
+        dos[x] = g < nq ? LOAD(dout, at4(do_off, do_st, b, i0 + g, hq, d)) : 0.0f;
+    }
+    for (int g = lid; g < BQ; g += WG) {
+        const int i = min(i0 + g, Tq - 1);
+        lse_s[g] = g < nq ? lse[lse_off + (idx_t)b * lse_st.x + (idx_t)i * lse_st.y + (idx_t)hq * lse_st.z]
+                          : -INFINITY;
+        dl_s[g] = g < nq ? delta[((idx_t)b * Tq + i) * HQ + hq] : 0.0f;
+        qpos[g] = pos_q ? pos_q[bs_at2(pq_off, pq_st, b, i)] : i + (Tk - Tq);
+        qseg[g] = seg_q ? seg_q[bs_at2(sq_off, sq_st, b, i)] : 0;
+    }
+}
+
+/* Loads key tile kt of KV head h (rows past Tk are zero). */
+inline void load_k_side(__local float *ks, __local float *vs, __local int *kpos, __local int *kseg,
+                        __global const store_t *k, idx_t k_off, idx4_t k_st, __global const store_t *v,
+                        idx_t v_off, idx4_t v_st, __global const int *pos_k, idx_t pk_off, idx4_t pk_st,
+                        __global const int *seg_k, idx_t sk_off, idx4_t sk_st, int b, int h, int j0, int nk,
+                        int Tk, int lid)
+{
+    for (int x = lid; x < BK * DK; x += WG) {
+        const int j = x / DK, d = x - j * DK;
+        ks[j * KPAD(DK) + d] = j < nk ? LOAD(k, at4(k_off, k_st, b, j0 + j, h, d)) : 0.0f;
+    }
+    for (int x = lid; x < BK * DV; x += WG) {
+        const int j = x / DV, d = x - j * DV;
+        vs[j * KPAD(DV) + d] = j < nk ? LOAD(v, at4(v_off, v_st, b, j0 + j, h, d)) : 0.0f;
+    }
+    for (int j = lid; j < BK; j += WG) {
+        const int jj = min(j0 + j, Tk - 1);
+        kpos[j] = pos_k ? pos_k[bs_at2(pk_off, pk_st, b, jj)] : jj;
+        kseg[j] = seg_k ? seg_k[bs_at2(sk_off, sk_st, b, jj)] : 0;
+    }
+}
+
+/* ps = P of the tile pair (0 where masked or out of range), cs = dz/du. */
+inline void tile_probs(__local const float *qs, __local const float *ks, __local float *ps, __local float *cs,
+                       __local const float *lse_s, __local const int *qpos, __local const int *qseg,
+                       __local const int *kpos, __local const int *kseg, __global const int *map, idx_t mbase,
+                       idx4_t map_st, int QB, int KB, int i0, int j0, int nq, int nk, int Tq, bool partial,
+                       float scale, float softcap, int wl, int wr, int has_seg, int lid)
+{
+    for (int x0 = 0; x0 < BQ * BK; x0 += WG) {
+        const int x = x0 + lid;
+        if (x >= BQ * BK) break;
+        const int g = x / BK, j = x - g * BK;
+        const float l = lse_s[g];
+        float p = 0.0f, c = 0.0f;
+        if (g < nq && j < nk && l != -INFINITY &&
+            (!partial || bs_visible(qpos[g], qseg[g], kpos[j], kseg[j], wl, wr, has_seg,
+                                    bs_map_on(map, mbase, map_st.z, map_st.w, QB, KB, min(i0 + g, Tq - 1), j0 + j)))) {
+            float dot = 0.0f;
+            for (int d = 0; d < DK; ++d) dot = fma(qs[g * DK + d], ks[j * KPAD(DK) + d], dot);
+            p = exp(bs_score(dot, scale, softcap, &c) - l);
+        }
+        ps[x] = p;
+#if SOFTCAP
+        cs[x] = c;
+#else
+        (void)cs;
+#endif
+    }
+}
+
+/* ps = dZ = P (dO . V - delta) [* dz/du], in place. */
+inline void tile_dz(__local float *ps, __local const float *cs, __local const float *dos,
+                    __local const float *vs, __local const float *dl_s, int lid)
+{
+    for (int x0 = 0; x0 < BQ * BK; x0 += WG) {
+        const int x = x0 + lid;
+        if (x >= BQ * BK) break;
+        const int g = x / BK, j = x - g * BK;
+        const float p = ps[x];
+        float dz = 0.0f;
+        if (p != 0.0f) {
+            float dp = 0.0f;
+            for (int d = 0; d < DV; ++d) dp = fma(dos[g * DV + d], vs[j * KPAD(DV) + d], dp);
+            dz = p * (dp - dl_s[g]);
+#if SOFTCAP
+            dz *= cs[x];
+#else
+            (void)cs;
+#endif
+        }
+        ps[x] = dz;
+    }
+}
+
+/* delta[(b*Tq + i)*HQ + hq] = sum_d o . do. NDRange (>= Tq*HQ, B). */
+__kernel void bs_bwd_delta(__global const store_t *o, idx_t o_off, idx4_t o_st,
+                           __global const store_t *dout, idx_t do_off, idx4_t do_st,
+                           __global float *delta, idx_t dl_off, int Tq, int HQ)
+{
+    const int r = get_global_id(0), b = get_global_id(1);
+    if (r >= Tq * HQ) return;
+    const int i = r / HQ, hq = r - i * HQ;
+    float s = 0.0f;
+    for (int d = 0; d < DV; ++d)
+        s = fma(LOAD(o, at4(o_off, o_st, b, i, hq, d)), LOAD(dout, at4(do_off, do_st, b, i, hq, d)), s);
+    delta[dl_off + ((idx_t)b * Tq + i) * HQ + hq] = s;
+}
+
+/* NDRange (WG * NKT, H, B). The layout is the transposed one: per key tile,
+ * the query tiles. */
+__kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void bs_bwd_dkdv(
+    BWD_IN_PARAMS, __global store_t *dk, idx_t dk_off, idx4_t dk_st, __global store_t *dv, idx_t dv_off,
+    idx4_t dv_st)
+{
+    __local float qs[BQ * DK], dos[BQ * DV], ks[BK * KPAD(DK)], vs[BK * KPAD(DV)], ps[BQ * BK], cs[CS_LEN];
+    __local float lse_s[BQ], dl_s[BQ];
+    __local int qpos[BQ], qseg[BQ], kpos[BK], kseg[BK];
+    const int lid = get_local_id(0);
+    const int kt = get_group_id(0), h = get_group_id(1), b = get_group_id(2);
+    const int j0 = kt * BK, nk = min(BK, Tk - j0);
+    const int has_seg = seg_q != 0;
+    delta += dl_off;
+    lay_off += lo_off;
+    lay_full += lf_off;
+    lay_idx += li_off;
+
+    load_k_side(ks, vs, kpos, kseg, k, k_off, k_st, v, v_off, v_st, pos_k, pk_off, pk_st, seg_k, sk_off, sk_st,
+                b, h, j0, nk, Tk, lid);
+    float acc_k[NKD], acc_v[NVD];
+    for (int i = 0; i < NKD; ++i) acc_k[i] = 0.0f;
+    for (int i = 0; i < NVD; ++i) acc_v[i] = 0.0f;
+
+    for (int g = 0; g < G; ++g) {
+        const int hq = h * G + g;
+        const idx_t mbase = map_off + (idx_t)b * map_st.x + (idx_t)hq * map_st.y;
+        int start, nfull;
+        const int ntiles = bs_row_span(lay_off, lay_full, (b * lay_bs + hq * lay_hs) * NKT + kt, cap, &start, &nfull);
+        for (int t = 0; t < ntiles; ++t) {
+            const int qt = clamp(lay_idx[start + t], 0, NQT - 1);
+            const int i0 = qt * BQ, nq = min(BQ, Tq - i0);
+            barrier(CLK_LOCAL_MEM_FENCE); /* the previous tile's readers are done */
+            load_q_side(qs, dos, lse_s, dl_s, qpos, qseg, q, q_off, q_st, dout, do_off, do_st, lse, lse_off, lse_st,
+                        delta, pos_q, pq_off, pq_st, seg_q, sq_off, sq_st, b, hq, i0, nq, Tq, Tk, HQ, lid);
+            barrier(CLK_LOCAL_MEM_FENCE);
+            tile_probs(qs, ks, ps, cs, lse_s, qpos, qseg, kpos, kseg, map, mbase, map_st, QB, KB, i0, j0, nq, nk, Tq,
+                       t >= nfull, scale, softcap, wl, wr, has_seg, lid);
+            barrier(CLK_LOCAL_MEM_FENCE);
+            for (int i = 0; i < NVD; ++i) {
+                const int x = lid + i * WG;
+                if (x < BK * DV) {
+                    const int j = x / DV, d = x - j * DV;
+                    float a = acc_v[i];
+                    for (int r = 0; r < nq; ++r) a = fma(ps[r * BK + j], dos[r * DV + d], a);
+                    acc_v[i] = a;
+                }
+            }
+            barrier(CLK_LOCAL_MEM_FENCE);
+            tile_dz(ps, cs, dos, vs, dl_s, lid);
+            barrier(CLK_LOCAL_MEM_FENCE);
+            for (int i = 0; i < NKD; ++i) {
+                const int x = lid + i * WG;
+                if (x < BK * DK) {
+                    const int j = x / DK, d = x - j * DK;
+                    float a = acc_k[i];
+                    for (int r = 0; r < nq; ++r) a = fma(ps[r * BK + j], qs[r * DK + d], a);
+                    acc_k[i] = a;
+                }
+            }
+        }
+    }
+    if (dk)
+        for (int i = 0; i < NKD; ++i) {
+            const int x = lid + i * WG;
+            const int j = x / DK, d = x - j * DK;
+            if (x < BK * DK && j < nk) STORE(dk, at4(dk_off, dk_st, b, j0 + j, h, d), acc_k[i] * scale);
+        }
+    if (dv)
+        for (int i = 0; i < NVD; ++i) {
+            const int x = lid + i * WG;
+            const int j = x / DV, d = x - j * DV;
+            if (x < BK * DV && j < nk) STORE(dv, at4(dv_off, dv_st, b, j0 + j, h, d), acc_v[i]);
+        }
+}
+
+/* NDRange (WG * NQT, HQ, B). */
+__kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void bs_bwd_dq(
+    BWD_IN_PARAMS, __global store_t *dq, idx_t dq_off, idx4_t dq_st)
+{
+    __local float qs[BQ * DK], dos[BQ * DV], ks[BK * KPAD(DK)], vs[BK * KPAD(DV)], ps[BQ * BK], cs[CS_LEN];
+    __local float lse_s[BQ], dl_s[BQ];
+    __local int qpos[BQ], qseg[BQ], kpos[BK], kseg[BK];
+    const int lid = get_local_id(0);
+    const int qt = get_group_id(0), hq = get_group_id(1), b = get_group_id(2), h = hq / G;
+    const int i0 = qt * BQ, nq = min(BQ, Tq - i0);
+    const int has_seg = seg_q != 0;
+    delta += dl_off;
+    lay_off += lo_off;
+    lay_full += lf_off;
+    lay_idx += li_off;
+
+    load_q_side(qs, dos, lse_s, dl_s, qpos, qseg, q, q_off, q_st, dout, do_off, do_st, lse, lse_off, lse_st, delta,
+                pos_q, pq_off, pq_st, seg_q, sq_off, sq_st, b, hq, i0, nq, Tq, Tk, HQ, lid);
+    float acc[NQD];
+    for (int i = 0; i < NQD; ++i) acc[i] = 0.0f;
+    const idx_t mbase = map_off + (idx_t)b * map_st.x + (idx_t)hq * map_st.y;
+    int start, nfull;
+    const int ntiles = bs_row_span(lay_off, lay_full, (b * lay_bs + hq * lay_hs) * NQT + qt, cap, &start, &nfull);
+    for (int t = 0; t < ntiles; ++t) {
+        const int kt = clamp(lay_idx[start + t], 0, NKT - 1);
+        const int j0 = kt * BK, nk = min(BK, Tk - j0);
+        barrier(CLK_LOCAL_MEM_FENCE); /* the previous tile's readers are done */
+        load_k_side(ks, vs, kpos, kseg, k, k_off, k_st, v, v_off, v_st, pos_k, pk_off, pk_st, seg_k, sk_off, sk_st,
+                    b, h, j0, nk, Tk, lid);
+        barrier(CLK_LOCAL_MEM_FENCE);
+        tile_probs(qs, ks, ps, cs, lse_s, qpos, qseg, kpos, kseg, map, mbase, map_st, QB, KB, i0, j0, nq, nk, Tq,
+                   t >= nfull, scale, softcap, wl, wr, has_seg, lid);
+        barrier(CLK_LOCAL_MEM_FENCE);
+        tile_dz(ps, cs, dos, vs, dl_s, lid);
+        barrier(CLK_LOCAL_MEM_FENCE);
+        for (int i = 0; i < NQD; ++i) {
+            const int x = lid + i * WG;
+            if (x < BQ * DK) {
+                const int g = x / DK, d = x - g * DK;
+                float a = acc[i];
+                for (int j = 0; j < nk; ++j) a = fma(ps[g * BK + j], ks[j * KPAD(DK) + d], a);
+                acc[i] = a;
+            }
+        }
+    }
+    for (int i = 0; i < NQD; ++i) {
+        const int x = lid + i * WG;
+        const int g = x / DK, d = x - g * DK;
+        if (x < BQ * DK && g < nq) STORE(dq, at4(dq_off, dq_st, b, i0 + g, hq, d), acc[i] * scale);
+    }
+}
+
+#if SINKS
+/* dsinks[hq] = -sum_{b,i} exp(s - lse) * delta. NDRange (WG * HQ). Lane p
+ * sums rows p, p + DSINK_LANES, ... in order; lane sums are added in order. */
+__kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void bs_bwd_dsink(
+    __global const float *sinks, idx_t sn_off, idx4_t sn_st, __global const float *lse, idx_t lse_off,
+    idx4_t lse_st, __global const float *delta, idx_t dl_off, __global float *dsinks, idx_t ds_off, idx4_t ds_st,
+    int B, int Tq, int HQ)
+{
+    __local float lanes[DSINK_LANES];
+    const int lid = get_local_id(0), hq = get_group_id(0);
+    const float s = sinks[sn_off + (idx_t)hq * sn_st.x];
+    const int n = B * Tq;
+    for (int p0 = 0; p0 < DSINK_LANES; p0 += WG) {
+        const int p = p0 + lid;
+        if (p >= DSINK_LANES) break;
+        float acc = 0.0f;
+        for (int r = p; r < n; r += DSINK_LANES) {
+            const int b = r / Tq, i = r - b * Tq;
+            const float l = lse[lse_off + (idx_t)b * lse_st.x + (idx_t)i * lse_st.y + (idx_t)hq * lse_st.z];
+            acc = fma(exp(s - l), delta[dl_off + ((idx_t)b * Tq + i) * HQ + hq], acc);
+        }
+        lanes[p] = acc;
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+    if (lid == 0) {
+        float total = 0.0f;
+        for (int p = 0; p < DSINK_LANES; ++p) total += lanes[p];
+        dsinks[ds_off + (idx_t)hq * ds_st.x] = -total;
+    }
+}
+#endif

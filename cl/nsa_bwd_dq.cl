@@ -1,0 +1,160 @@
+/*
+ * nsa_bwd_dq.cl: dq of the NSA backward, one token and GT query heads of one
+ * KV group per work-group, the three branches in turn over the same key
+ * ranges as the forward (nsa_ranges.h). dq is owned by its query: written
+ * once, no atomics. Per key tile, in one pass:
+ *   p = exp(scale q.k - lse_b),  ds = p * (g_b do.v - D_b),  dq += scale ds k
+ * with lse_b saved by the forward and D_b = g_b * (do . o_b) from the
+ * prologue (nsa_fwd.cl with BWD_PRE).
+ *
+ * Defines: WG, G, GT, NGT, DK, DV, TK, DQ_N = ceil(GT*DK/WG), HAS_CMP,
+ * HAS_SLC, HAS_SWA, HAS_COUNTS, BS, S, CMP_L, CMP_D, WINDOW.
+ * NDRange: (WG * T * NGT, H, B).
+ */
+
+#define DQ_SMEM_PARAMS                                                                          \
+    __local float *qs, __local float *dos, __local float *ks, __local float *vs, __local float *ps, \
+        __local float *row_lse, __local float *row_d, __local float *row_g
+#define DQ_SMEM qs, dos, ks, vs, ps, row_lse, row_d, row_g
+
+inline void dq_tile(DQ_SMEM_PARAMS, float dq[DQ_N], int nk, float scale, int lid)
+{
+    for (int idx = lid; idx < GT * TK; idx += WG) {
+        int g = idx / TK, j = idx - g * TK;
+        float ds = 0.0f;
+        if (j < nk && row_lse[g] != -INFINITY) {
+            float s = 0.0f, dp = 0.0f;
+            for (int d = 0; d < DK; ++d) s = fma(qs[g * DK + d], ks[j * KPAD(DK) + d], s);
+            for (int d = 0; d < DV; ++d) dp = fma(dos[g * DV + d], vs[j * KPAD(DV) + d], dp);
+            float p = exp(s * scale - row_lse[g]);
+            ds = p * (row_g[g] * dp - row_d[g]);
+        }
+        ps[idx] = ds;
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+    for (int i = 0; i < DQ_N; ++i) {
+        int idx = lid + i * WG;
+        if (idx < GT * DK) {
+            int g = idx / DK, d = idx - g * DK;
+            float a = 0.0f;
+            for (int j = 0; j < nk; ++j) a = fma(ps[g * TK + j], ks[j * KPAD(DK) + d], a);
+            dq[i] = fma(scale, a, dq[i]);
+        }
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+}
+
+inline void dq_range(DQ_SMEM_PARAMS, float dq[DQ_N], float scale, int lid,
+                     __global const store_t *k, idx_t k_base, idx_t k_rs, idx_t k_cs,
+                     __global const store_t *v, idx_t v_base, idx_t v_rs, idx_t v_cs, int key0, int n)
+{
+    for (int k0 = 0; k0 < n; k0 += TK) {
+        int nk = min(TK, n - k0);
+        idx_t r = (idx_t)(key0 + k0);
+        load_tile(ks, KPAD(DK), nk, DK, k, k_base + r * k_rs, k_rs, k_cs, lid, WG);
+        load_tile(vs, KPAD(DV), nk, DV, v, v_base + r * v_rs, v_rs, v_cs, lid, WG);
+        barrier(CLK_LOCAL_MEM_FENCE);
+        dq_tile(DQ_SMEM, dq, nk, scale, lid);
+    }
+}
+
+/* Per-row lse, D and gate of one branch into local memory. */
+inline void dq_rows(DQ_SMEM_PARAMS, int ng, int lid, __global const float *lse, idx_t lse_base, idx_t lse_hs,
+                    __global const float *dlt, idx_t dlt_base, idx_t dlt_hs,
+                    __global const store_t *gate, idx_t gate_base, idx_t gate_hs)
+{
+    barrier(CLK_LOCAL_MEM_FENCE);
+    for (int g0 = 0; g0 < GT; g0 += WG) {
+        const int g = g0 + lid;
+        if (g >= GT) break;
+        row_lse[g] = g < ng ? lse[lse_base + g * lse_hs] : -INFINITY;
+        row_d[g] = g < ng ? dlt[dlt_base + g * dlt_hs] : 0.0f;
+        row_g[g] = g < ng ? LOAD(gate, gate_base + g * gate_hs) : 0.0f;
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+}
+
+__kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void nsa_bwd_dq(
+    __global const store_t *q, idx_t q_off, idx4_t q_st,
+    __global const store_t *k, idx_t k_off, idx4_t k_st,
+    __global const store_t *v, idx_t v_off, idx4_t v_st,
+    __global const store_t *kc, idx_t kc_off, idx4_t kc_st,
+    __global const store_t *vc, idx_t vc_off, idx4_t vc_st, int nc_rows,
+    __global const store_t *g_cmp, idx_t gc_off, idx4_t gc_st,
+    __global const store_t *g_slc, idx_t gs_off, idx4_t gs_st,
+    __global const store_t *g_swa, idx_t gw_off, idx4_t gw_st,
+    __global const int *cu, idx_t cu0, int nseq, __global const int *cmp_off, idx_t cmp_off0,
+    __global const int *bidx, idx_t bi_off, idx4_t bi_st,
+    __global const int *bcnt, idx_t bc_off, idx4_t bc_st,
+    __global const store_t *dout, idx_t do_off, idx4_t do_st,
+    __global const float *lse_cmp, idx_t lc_off, idx4_t lc_st,
+    __global const float *lse_slc, idx_t ls_off, idx4_t ls_st,
+    __global const float *lse_swa, idx_t lw_off, idx4_t lw_st,
+    __global const float *d_cmp, idx_t xc_off, idx4_t xc_st,
+    __global const float *d_slc, idx_t xs_off, idx4_t xs_st,
+    __global const float *d_swa, idx_t xw_off, idx4_t xw_st,
+    __global store_t *dq_out, idx_t dq_off, idx4_t dq_st,
+    int T, float scale)
+{
+    __local float qs[GT * DK], dos[GT * DV], ks[TK * KPAD(DK)], vs[TK * KPAD(DV)], ps[GT * TK];
+    __local float row_lse[GT], row_d[GT], row_g[GT];
+    const int lid = get_local_id(0);
+    cu += cu0;
+    cmp_off += cmp_off0;
+    const int t = get_group_id(0) / NGT, g0 = (get_group_id(0) % NGT) * GT;
+    const int h = get_group_id(1), b = get_group_id(2);
+    const int ng = min(GT, G - g0), hq0 = h * G + g0;
+    const seq_info sq = seq_of(cu, nseq, b, t, T);
+    const int tl = t - sq.start;
+    const bool live = sq.len > 0;
+    (void)kc; (void)vc; (void)nc_rows; (void)cmp_off; (void)bidx; (void)bcnt;
+
+    for (int i = lid; i < GT * DK; i += WG) {
+        int g = i / DK, d = i - g * DK;
+        qs[i] = (g < ng) ? LOAD(q, at4(q_off, q_st, b, t, hq0 + g, d)) : 0.0f;
+    }
+    for (int i = lid; i < GT * DV; i += WG) {
+        int g = i / DV, d = i - g * DV;
+        dos[i] = (g < ng) ? LOAD(dout, at4(do_off, do_st, b, t, hq0 + g, d)) : 0.0f;
+    }
+    float dq[DQ_N];
+    for (int i = 0; i < DQ_N; ++i) dq[i] = 0.0f;
+
+#if HAS_CMP
+    dq_rows(DQ_SMEM, ng, lid, lse_cmp, at4(lc_off, lc_st, b, t, hq0, 0), lc_st.z, d_cmp,
+            at4(xc_off, xc_st, b, t, hq0, 0), xc_st.z, g_cmp, at4(gc_off, gc_st, b, t, hq0, 0), gc_st.z);
+    {
+        const int row0 = cmp_row0(cmp_off, sq), nvis = cmp_visible(tl, live, nc_rows, row0);
+        dq_range(DQ_SMEM, dq, scale, lid, kc, at4(kc_off, kc_st, b, 0, h, 0), kc_st.y, kc_st.w, vc,
+                 at4(vc_off, vc_st, b, 0, h, 0), vc_st.y, vc_st.w, row0, nvis);
+    }
+#endif
+#if HAS_SLC
+    dq_rows(DQ_SMEM, ng, lid, lse_slc, at4(ls_off, ls_st, b, t, hq0, 0), ls_st.z, d_slc,
+            at4(xs_off, xs_st, b, t, hq0, 0), xs_st.z, g_slc, at4(gs_off, gs_st, b, t, hq0, 0), gs_st.z);
+    {
+        const int nslots = slc_slots(bcnt, at4(bc_off, bc_st, b, t, h, 0), live);
+        const idx_t kb = at4(k_off, k_st, b, sq.start, h, 0), vb = at4(v_off, v_st, b, sq.start, h, 0);
+        for (int s = 0; s < nslots; ++s) {
+            const int2 r = slc_slot(bidx, at4(bi_off, bi_st, b, t, h, 0), bi_st.w, s, tl);
+            dq_range(DQ_SMEM, dq, scale, lid, k, kb, k_st.y, k_st.w, v, vb, v_st.y, v_st.w, r.x, r.y);
+        }
+    }
+#endif
+#if HAS_SWA
+    dq_rows(DQ_SMEM, ng, lid, lse_swa, at4(lw_off, lw_st, b, t, hq0, 0), lw_st.z, d_swa,
+            at4(xw_off, xw_st, b, t, hq0, 0), xw_st.z, g_swa, at4(gw_off, gw_st, b, t, hq0, 0), gw_st.z);
+    {
+        const int key0 = swa_key0(tl);
+        const idx_t kb = at4(k_off, k_st, b, sq.start, h, 0), vb = at4(v_off, v_st, b, sq.start, h, 0);
+        dq_range(DQ_SMEM, dq, scale, lid, k, kb, k_st.y, k_st.w, v, vb, v_st.y, v_st.w, key0,
+                 live ? tl + 1 - key0 : 0);
+    }
+#endif
+
+    for (int i = 0; i < DQ_N; ++i) {
+        int idx = lid + i * WG;
+        int g = idx / DK, d = idx - g * DK;
+        if (idx < GT * DK && g < ng) STORE(dq_out, at4(dq_off, dq_st, b, t, hq0 + g, d), dq[i]);
+    }
+}

@@ -1,0 +1,52 @@
+/*
+ * nsa_ranges.h: which keys a query sees in each NSA branch, as contiguous
+ * ranges, for the per-query kernels (forward, backward prologue, dq). The
+ * per-key kernels of the backward use the inverse rules (nsa_bwd_dkdv.cl).
+ *
+ * Defines: BS, S, CMP_L, CMP_D, WINDOW, VARLEN, HAS_COUNTS.
+ */
+
+/* Compressed: the first cmp_visible() rows of the sequence's compressed
+ * tensor (row0 .. row0 + n - 1), clipped to the rows that exist. */
+inline int cmp_visible(int tl, bool live, int nc_rows, int row0)
+{
+    int n = live && tl >= CMP_L - 1 ? (tl - (CMP_L - 1)) / CMP_D + 1 : 0;
+    return clamp(nc_rows - row0, 0, n);
+}
+
+inline int cmp_row0(__global const int *cmp_off, seq_info sq)
+{
+#if VARLEN
+    return cmp_off[sq.id];
+#else
+    (void)cmp_off; (void)sq;
+    return 0;
+#endif
+}
+
+/* Selection: slot s of the row at bidx[row], as keys (x) .. x + y - 1
+ * (local positions). Unused (negative), future and repeated blocks give
+ * y = 0, so a duplicate counts once and no index reads out of bounds.
+ * (Returned by value: PoCL 3.1 mishandles private variables whose address
+ * is taken in code that spans barriers.) */
+inline int2 slc_slot(__global const int *bidx, idx_t row, idx_t slot_stride, int s, int tl)
+{
+    int j = bidx[row + (idx_t)s * slot_stride];
+    bool skip = j < 0 || j > tl / BS;
+    for (int e = 0; e < s; ++e) skip = skip || (bidx[row + (idx_t)e * slot_stride] == j);
+    const int key0 = skip ? 0 : j * BS;
+    return (int2)(key0, skip ? 0 : min(BS, tl + 1 - key0));
+}
+
+inline int slc_slots(__global const int *bcnt, idx_t cnt_at, bool live)
+{
+#if HAS_COUNTS
+    return live ? clamp(bcnt[cnt_at], 0, S) : 0;
+#else
+    (void)bcnt; (void)cnt_at;
+    return live ? S : 0;
+#endif
+}
+
+/* Sliding window: keys t - WINDOW < s <= t. */
+inline int swa_key0(int tl) { return max(0, tl - WINDOW + 1); }

@@ -1,0 +1,524 @@
+/* nsa_bwd.c: the NSA backward, as one op plan:
+ *   1. recompute the compressed K/V (and the sequence/block offsets);
+ *   2. prologue (nsa_fwd.cl, BWD_PRE): per row dg_b = do.o_b, D_b = g_b dg_b;
+ *   3. dq, owned by the query (nsa_bwd_dq.cl);
+ *   4. selected branch: invert block_indices into per-block query lists
+ *      (nsa_select_index.cl);
+ *   5. dk/dv partial sums owned by the keys: selected, then window, into one
+ *      f32 buffer; the compressed branch into its own (nsa_bwd_dkdv.cl);
+ *   6. finish: the compressed gradient back through mean pooling / linear
+ *      compression (CLBlast SGEMMs) / to the caller's dk_cmp, dv_cmp, added
+ *      to the partial sums and stored as dk, dv (nsa_compress.cl).
+ * No floating-point atomics anywhere, so the result is bitwise reproducible. */
+#include "nsa.h"
+
+#include <clblast_c.h>
+#include <stdio.h>
+#include <string.h>
+
+static const char *const dq_files[] = {"common.h", "nsa_ranges.h", "nsa_bwd_dq.cl", NULL};
+static const char *const dkdv_files[] = {"common.h", "nsa_ranges.h", "nsa_bwd_dkdv.cl", NULL};
+static const char *const index_files[] = {"common.h", "nsa_ranges.h", "nsa_select_index.cl", NULL};
+
+#define CHECK(x)                              \
+    do {                                      \
+        clnsa_status st_ = (x);               \
+        if (st_ != CLNSA_SUCCESS) return st_; \
+    } while (0)
+
+/* Where the backward's own scratch lives, after the forward's (bytes). */
+typedef struct {
+    nsa_workspace fwd;
+    size_t blk_off, dlt[3], dk32, dv32, dkc32, dvc32, dx, dw32, cnt, lst_start, lst;
+    int nblk, chunk, nchunk;
+    size_t total;
+} bwd_workspace;
+
+typedef struct {
+    const clnsa_nsa_inputs *in;
+    const clnsa_nsa_outputs *saved;
+    const clnsa_tensor *dout;
+    const clnsa_nsa_grads *gr;
+    cl_mem ws;
+    const bwd_workspace *lay;
+    clnsa_tensor kc, vc, bidx, dlt[3];
+} bwd_args;
+
+/* ------------------------------------------------------------ validation */
+
+static tensor_spec spec4(const char *name, clnsa_dtype dt, int64_t a, int64_t b, int64_t c, int64_t d, bool out)
+{
+    tensor_spec s = {name, dt, d < 0 ? 3 : 4, {a, b, c, d < 0 ? 0 : d}, out};
+    return s;
+}
+
+static clnsa_status check_opt(clnsa_context *ctx, const clnsa_tensor *t, tensor_spec s)
+{
+    return tensor_present(t) ? tensor_check(ctx, t, &s) : CLNSA_SUCCESS;
+}
+
+static clnsa_status check_req(clnsa_context *ctx, const clnsa_tensor *t, tensor_spec s, bool required)
+{
+    return required ? tensor_check(ctx, t, &s) : check_opt(ctx, t, s);
+}
+
+static clnsa_status validate_bwd(clnsa_context *ctx, const clnsa_nsa_config *cfg, const clnsa_nsa_inputs *in,
+                                 const clnsa_nsa_outputs *saved, const clnsa_tensor *dout, const clnsa_nsa_grads *gr,
+                                 nsa_problem *pb)
+{
+    CHECK(nsa_validate(ctx, cfg, in, saved, true, pb));
+    if (!dout) return cx_fail(ctx, CLNSA_ERROR_NULL_ARGUMENT, "dout: expected a tensor, got NULL");
+    if (!gr) return cx_fail(ctx, CLNSA_ERROR_NULL_ARGUMENT, "grads: expected clnsa_nsa_grads, got NULL");
+    const int B = pb->B, T = pb->T, HQ = pb->HQ, H = pb->H, DK = pb->DK, DV = pb->DV, l = pb->cfg.cmp_block;
+    const clnsa_dtype dt = pb->dtype;
+    CHECK(tensor_check(ctx, dout, &(tensor_spec){"dout", dt, 4, {B, T, HQ, DV}, false}));
+    CHECK(tensor_check(ctx, &gr->dq, &(tensor_spec){"grads.dq", dt, 4, {B, T, HQ, DK}, true}));
+    CHECK(tensor_check(ctx, &gr->dk, &(tensor_spec){"grads.dk", dt, 4, {B, T, H, DK}, true}));
+    CHECK(tensor_check(ctx, &gr->dv, &(tensor_spec){"grads.dv", dt, 4, {B, T, H, DV}, true}));
+    CHECK(check_opt(ctx, &gr->dg_cmp, spec4("grads.dg_cmp", dt, B, T, HQ, -1, true)));
+    CHECK(check_opt(ctx, &gr->dg_slc, spec4("grads.dg_slc", dt, B, T, HQ, -1, true)));
+    CHECK(check_opt(ctx, &gr->dg_swa, spec4("grads.dg_swa", dt, B, T, HQ, -1, true)));
+    const int64_t nc = pb->nc_rows;
+    CHECK(check_req(ctx, &gr->dk_cmp, spec4("grads.dk_cmp", dt, B, nc, H, DK, true), pb->cmp_given));
+    CHECK(check_req(ctx, &gr->dv_cmp, spec4("grads.dv_cmp", dt, B, nc, H, DV, true), pb->cmp_given));
+    const bool lin = pb->linear && pb->need_cmp;
+    CHECK(check_req(ctx, &gr->dw_k, (tensor_spec){"grads.dw_k", dt, 2, {(int64_t)l * DK, DK}, true}, lin));
+    CHECK(check_req(ctx, &gr->dw_v, (tensor_spec){"grads.dw_v", dt, 2, {(int64_t)l * DV, DV}, true}, lin));
+    CHECK(check_req(ctx, &gr->db_k, (tensor_spec){"grads.db_k", dt, 1, {DK}, true}, lin && tensor_present(&in->b_k)));
+    CHECK(check_req(ctx, &gr->db_v, (tensor_spec){"grads.db_v", dt, 1, {DV}, true}, lin && tensor_present(&in->b_v)));
+    CHECK(check_req(ctx, &gr->dpe_k, (tensor_spec){"grads.dpe_k", dt, 2, {l, DK}, true}, lin && tensor_present(&in->pe_k)));
+    CHECK(check_req(ctx, &gr->dpe_v, (tensor_spec){"grads.dpe_v", dt, 2, {l, DV}, true}, lin && tensor_present(&in->pe_v)));
+    const clnsa_tensor *more[] = {dout, &gr->dq, &gr->dk, &gr->dv, &gr->dk_cmp, &gr->dv_cmp};
+    for (size_t i = 0; i < sizeof more / sizeof more[0]; ++i)
+        if (tensor_present(more[i]) && tensor_extent(more[i]) > 0x7fffffffull) pb->idx_long = true;
+    if ((uint64_t)B * H * (uint64_t)T * pb->S > 0x7fffffffull) pb->idx_long = true;
+    return CLNSA_SUCCESS;
+}
+
+/* ------------------------------------------------------------- workspace */
+
+static size_t take(size_t *cursor, size_t bytes)
+{
+    size_t at = round_up(*cursor, 256);
+    *cursor = at + bytes;
+    return at;
+}
+
+static clnsa_status gemm_scratch(clnsa_context *ctx, cl_command_queue queue, const nsa_problem *pb, size_t *bytes)
+{
+    *bytes = 0;
+    if (!pb->linear || !pb->need_cmp) return CLNSA_SUCCESS;
+    const size_t M = (size_t)pb->B * pb->nc_rows * pb->H, l = (size_t)pb->cfg.cmp_block;
+    const int dims[2] = {pb->DK, pb->DV};
+    for (int i = 0; i < 2; ++i) {
+        size_t D = (size_t)dims[i], a = 0, b = 0;
+        cl_command_queue q = queue;
+        /* dX = dXc . W^T and dW = X^T . dXc */
+        CLBlastStatusCode s1 = CLBlastSGemmTempBufferSize(CLBlastLayoutRowMajor, CLBlastTransposeNo, CLBlastTransposeYes, M,
+                                                          l * D, D, 0, D, 0, D, 0, l * D, &q, &a);
+        CLBlastStatusCode s2 = CLBlastSGemmTempBufferSize(CLBlastLayoutRowMajor, CLBlastTransposeYes, CLBlastTransposeNo,
+                                                          l * D, D, M, 0, l * D, 0, D, 0, D, &q, &b);
+        if (s1 != CLBlastSuccess || s2 != CLBlastSuccess)
+            return cx_fail(ctx, CLNSA_ERROR_BLAS, "CLBlastSGemmTempBufferSize failed: %d", (int)(s1 != CLBlastSuccess ? s1 : s2));
+        if (a > *bytes) *bytes = a;
+        if (b > *bytes) *bytes = b;
+    }
+    return CLNSA_SUCCESS;
+}
+
+static clnsa_status plan_bwd_workspace(clnsa_context *ctx, cl_command_queue queue, const nsa_problem *pb,
+                                       bwd_workspace *w)
+{
+    memset(w, 0, sizeof *w);
+    size_t scratch;
+    CHECK(gemm_scratch(ctx, queue, pb, &scratch));
+    CHECK(nsa_plan_workspace(ctx, queue, pb, &w->fwd));
+    /* CLBlast's scratch sits at offset 0 (it takes the buffer alone): grow
+     * the forward's region there if the backward's GEMMs need more. */
+    size_t shift = 0;
+    if (scratch > 0) {
+        size_t fwd_scratch = w->fwd.cmp_off ? w->fwd.cmp_off : w->fwd.kc;
+        if (scratch > fwd_scratch) shift = round_up(scratch - fwd_scratch, 256);
+    }
+    const bool own_cmp = pb->need_cmp && !pb->cmp_given, lin = own_cmp && pb->linear;
+    const struct { size_t *at; bool exists; } regions[] = {
+        {&w->fwd.cmp_off, pb->varlen}, {&w->fwd.kc, own_cmp}, {&w->fwd.vc, own_cmp},
+        {&w->fwd.xg, lin}, {&w->fwd.w32, lin}, {&w->fwd.y, lin},
+    };
+    for (size_t i = 0; i < sizeof regions / sizeof regions[0]; ++i)
+        if (regions[i].exists) *regions[i].at += shift;
+    size_t cur = w->fwd.total + shift;
+    const size_t BT = (size_t)pb->B * pb->T, rows = (size_t)pb->B * pb->nc_rows, H = (size_t)pb->H;
+    const size_t dmax = (size_t)(pb->DK > pb->DV ? pb->DK : pb->DV), l = (size_t)pb->cfg.cmp_block;
+    bool on[3] = {pb->has_cmp, pb->has_slc, pb->has_swa};
+    for (int b = 0; b < 3; ++b)
+        if (on[b]) w->dlt[b] = take(&cur, BT * pb->HQ * sizeof(float));
+    if (pb->has_slc || pb->has_swa) {
+        w->dk32 = take(&cur, BT * H * pb->DK * sizeof(float));
+        w->dv32 = take(&cur, BT * H * pb->DV * sizeof(float));
+    }
+    if (pb->need_cmp) {
+        w->dkc32 = take(&cur, rows * H * pb->DK * sizeof(float));
+        w->dvc32 = take(&cur, rows * H * pb->DV * sizeof(float));
+        if (pb->linear) {
+            w->dx = take(&cur, rows * H * l * dmax * sizeof(float));
+            w->dw32 = take(&cur, l * dmax * dmax * sizeof(float));
+        }
+    }
+    if (pb->has_slc) {
+        const int bs = pb->cfg.block_size;
+        w->nblk = (pb->T + bs - 1) / bs + (pb->varlen ? pb->N : 0);
+        w->chunk = pb->T / 64 + 1 > 64 ? pb->T / 64 + 1 : 64;
+        w->nchunk = (pb->T + w->chunk - 1) / w->chunk;
+        if (pb->varlen) w->blk_off = take(&cur, sizeof(cl_int) * (size_t)(pb->N + 1));
+        w->cnt = take(&cur, sizeof(cl_int) * (size_t)pb->B * H * w->nchunk * w->nblk);
+        w->lst_start = take(&cur, sizeof(cl_int) * (size_t)pb->B * H * (w->nblk + 1));
+        w->lst = take(&cur, sizeof(cl_int) * BT * H * pb->S);
+    }
+    w->total = round_up(cur, 256);
+    return CLNSA_SUCCESS;
+}
+
+/* ------------------------------------------------------------------ steps */
+
+static clnsa_tensor ws_view3(cl_mem ws, size_t off_bytes, int64_t a, int64_t b, int64_t c)
+{
+    int64_t s[3] = {a, b, c};
+    clnsa_tensor t = clnsa_tensor_contiguous(ws, CLNSA_DTYPE_F32, 3, s);
+    t.offset = off_bytes / sizeof(float);
+    return t;
+}
+
+static clnsa_status plan_prologue(clnsa_context *ctx, op_plan *p, const nsa_problem *pb, const bwd_args *x)
+{
+    kargs a;
+    const clnsa_tensor none = {0};
+    CHECK(nsa_plan_query_kernel(ctx, p, pb, x->in, nsa_fwd_files, "nsa_fwd", ATTN_BWD_PRE, pb->DV, &x->kc, &x->vc,
+                                &x->bidx, x->ws, &x->lay->fwd, &a));
+    ka_tensor(&a, x->dout);
+    for (int b = 0; b < 3; ++b) ka_tensor(&a, &x->dlt[b]);
+    ka_int(&a, pb->T);
+    ka_float(&a, pb->cfg.scale);
+    ka_tensor(&a, pb->has_cmp ? &x->gr->dg_cmp : &none);
+    ka_tensor(&a, pb->has_slc ? &x->gr->dg_slc : &none);
+    ka_tensor(&a, pb->has_swa ? &x->gr->dg_swa : &none);
+    return plan_args_done(ctx, &a, "nsa_fwd (backward prologue) arguments");
+}
+
+static clnsa_status plan_dq(clnsa_context *ctx, op_plan *p, const nsa_problem *pb, const bwd_args *x)
+{
+    kargs a;
+    const clnsa_tensor none = {0};
+    CHECK(nsa_plan_query_kernel(ctx, p, pb, x->in, dq_files, "nsa_bwd_dq", ATTN_DQ, pb->DK, &x->kc, &x->vc, &x->bidx,
+                                x->ws, &x->lay->fwd, &a));
+    ka_tensor(&a, x->dout);
+    ka_tensor(&a, pb->has_cmp ? &x->saved->lse_cmp : &none);
+    ka_tensor(&a, pb->has_slc ? &x->saved->lse_slc : &none);
+    ka_tensor(&a, pb->has_swa ? &x->saved->lse_swa : &none);
+    for (int b = 0; b < 3; ++b) ka_tensor(&a, &x->dlt[b]);
+    ka_tensor(&a, &x->gr->dq);
+    ka_int(&a, pb->T);
+    ka_float(&a, pb->cfg.scale);
+    return plan_args_done(ctx, &a, "nsa_bwd_dq arguments");
+}
+
+static void index_head_args(kargs *a, const nsa_problem *pb, const bwd_args *x)
+{
+    ka_tensor(a, &x->bidx);
+    ka_tensor(a, &x->in->block_counts);
+    nsa_seq_args(a, pb, x->in, x->ws, x->lay->blk_off);
+}
+
+static clnsa_status plan_index(clnsa_context *ctx, op_plan *p, const nsa_problem *pb, const bwd_args *x, const char *defines)
+{
+    const bwd_workspace *w = x->lay;
+    cl_program prog;
+    char d[2304];
+    snprintf(d, sizeof d, "%s#define CHUNK %d\n", defines, w->chunk);
+    CHECK(program_get(ctx, index_files, d, &prog));
+    const size_t per_chunk[3] = {(size_t)w->nchunk, (size_t)pb->H, (size_t)pb->B};
+    const size_t per_blk[3] = {(size_t)w->nblk, (size_t)pb->H, (size_t)pb->B}, one[3] = {1, (size_t)pb->H, (size_t)pb->B};
+    const int64_t cnt0 = (int64_t)(w->cnt / 4), ls0 = (int64_t)(w->lst_start / 4), lst0 = (int64_t)(w->lst / 4);
+    kargs a;
+    CHECK(plan_add_kernel(ctx, p, prog, "sel_count", per_chunk, 1, &a, pb->idx_long));
+    index_head_args(&a, pb, x);
+    ka_mem(&a, x->ws);
+    ka_idx(&a, cnt0);
+    ka_int(&a, w->nblk);
+    ka_int(&a, w->nchunk);
+    ka_int(&a, pb->T);
+    CHECK(plan_args_done(ctx, &a, "sel_count arguments"));
+    CHECK(plan_add_kernel(ctx, p, prog, "sel_prefix", per_blk, 1, &a, pb->idx_long));
+    ka_mem(&a, x->ws);
+    ka_idx(&a, cnt0);
+    ka_mem(&a, x->ws);
+    ka_idx(&a, ls0);
+    ka_int(&a, w->nblk);
+    ka_int(&a, w->nchunk);
+    CHECK(plan_args_done(ctx, &a, "sel_prefix arguments"));
+    CHECK(plan_add_kernel(ctx, p, prog, "sel_starts", one, 1, &a, pb->idx_long));
+    ka_mem(&a, x->ws);
+    ka_idx(&a, ls0);
+    ka_int(&a, w->nblk);
+    CHECK(plan_args_done(ctx, &a, "sel_starts arguments"));
+    CHECK(plan_add_kernel(ctx, p, prog, "sel_scatter", per_chunk, 1, &a, pb->idx_long));
+    index_head_args(&a, pb, x);
+    ka_mem(&a, x->ws);
+    ka_idx(&a, cnt0);
+    ka_mem(&a, x->ws);
+    ka_idx(&a, ls0);
+    ka_mem(&a, x->ws);
+    ka_idx(&a, lst0);
+    ka_int(&a, w->nblk);
+    ka_int(&a, w->nchunk);
+    ka_int(&a, pb->T);
+    return plan_args_done(ctx, &a, "sel_scatter arguments");
+}
+
+/* dk/dv partial sums of one branch (0 cmp, 1 slc, 2 swa). */
+static clnsa_status plan_dkdv(clnsa_context *ctx, op_plan *p, const nsa_problem *pb, const bwd_args *x, int branch,
+                              bool accum, const char *defines)
+{
+    const bwd_workspace *w = x->lay;
+    dkdv_params dp;
+    if (tune_nsa_dkdv(&ctx->info, pb->DK, pb->DV, &dp) != CLNSA_SUCCESS)
+        return cx_fail(ctx, CLNSA_ERROR_UNSUPPORTED_DEVICE, "device: the dk/dv pass needs more local memory than the %llu bytes it has",
+                       (unsigned long long)ctx->info.local_mem_size);
+    char d[2560];
+    snprintf(d, sizeof d, "%s#define WG %zu\n#define TKK %d\n#define RQ %d\n#define DK_N %zu\n#define DV_N %zu\n#define BRANCH %d\n#define ACCUM %d\n",
+             defines, dp.wg, dp.tkk, dp.rq, ((size_t)dp.tkk * pb->DK + dp.wg - 1) / dp.wg,
+             ((size_t)dp.tkk * pb->DV + dp.wg - 1) / dp.wg, branch, accum ? 1 : 0);
+    cl_program prog;
+    CHECK(program_get(ctx, dkdv_files, d, &prog));
+    const int bs = pb->cfg.block_size, nsub = (bs + dp.tkk - 1) / dp.tkk;
+    const int nkeys = branch == 0 ? pb->nc_rows : pb->T;
+    const size_t groups = branch == 1 ? (size_t)w->nblk * nsub : (size_t)(nkeys + dp.tkk - 1) / dp.tkk;
+    kargs a;
+    CHECK(plan_add_kernel(ctx, p, prog, "nsa_bwd_dkdv", (size_t[3]){dp.wg * groups, (size_t)pb->H, (size_t)pb->B}, dp.wg,
+                          &a, pb->idx_long));
+    const clnsa_tensor *gates[3] = {&x->in->g_cmp, &x->in->g_slc, &x->in->g_swa};
+    const clnsa_tensor *lses[3] = {&x->saved->lse_cmp, &x->saved->lse_slc, &x->saved->lse_swa};
+    ka_tensor(&a, &x->in->q);
+    ka_tensor(&a, branch == 0 ? &x->kc : &x->in->k);
+    ka_tensor(&a, branch == 0 ? &x->vc : &x->in->v);
+    ka_int(&a, nkeys);
+    ka_tensor(&a, gates[branch]);
+    nsa_seq_args(&a, pb, x->in, x->ws, branch == 1 ? w->blk_off : w->fwd.cmp_off);
+    ka_mem(&a, branch == 1 ? x->ws : NULL);
+    ka_idx(&a, (int64_t)(w->lst / 4));
+    ka_mem(&a, branch == 1 ? x->ws : NULL);
+    ka_idx(&a, (int64_t)(w->lst_start / 4));
+    ka_int(&a, w->nblk);
+    ka_tensor(&a, x->dout);
+    ka_tensor(&a, lses[branch]);
+    ka_tensor(&a, &x->dlt[branch]);
+    ka_mem(&a, x->ws);
+    ka_idx(&a, (int64_t)((branch == 0 ? w->dkc32 : w->dk32) / 4));
+    ka_mem(&a, x->ws);
+    ka_idx(&a, (int64_t)((branch == 0 ? w->dvc32 : w->dv32) / 4));
+    ka_int(&a, pb->T);
+    ka_float(&a, pb->cfg.scale);
+    return plan_args_done(ctx, &a, "nsa_bwd_dkdv arguments");
+}
+
+static void compress_row_args(kargs *a, const nsa_problem *pb, const bwd_args *x)
+{
+    nsa_seq_args(a, pb, x->in, x->ws, x->lay->fwd.cmp_off);
+    ka_int(a, pb->T);
+    ka_int(a, pb->cfg.cmp_block);
+    ka_int(a, pb->cfg.cmp_stride);
+}
+
+static clnsa_status plan_fill_zero(clnsa_context *ctx, op_plan *p, cl_program prog, const nsa_problem *pb, cl_mem ws,
+                                   size_t off_bytes, size_t n)
+{
+    kargs a;
+    CHECK(plan_add_kernel(ctx, p, prog, "fill_zero", (size_t[3]){n, 1, 1}, 64, &a, pb->idx_long));
+    ka_mem(&a, ws);
+    ka_idx(&a, (int64_t)(off_bytes / 4));
+    ka_int(&a, (int)n);
+    return plan_args_done(ctx, &a, "fill_zero arguments");
+}
+
+/* No workspace region (an offset of 0 is a real region). */
+#define NO_REGION ((size_t)-1)
+
+/* dk (or dv) of the tokens: partial sums + the compressed gradient through
+ * its compression (dxc_off: dense f32 source; NO_REGION for none). */
+static clnsa_status plan_finish(clnsa_context *ctx, op_plan *p, cl_program prog, const nsa_problem *pb, const bwd_args *x,
+                                size_t part_off, size_t dxc_off, bool linear, const clnsa_tensor *dst, int D)
+{
+    kargs a;
+    CHECK(plan_add_kernel(ctx, p, prog, "grad_finish", (size_t[3]){(size_t)D, (size_t)pb->H, (size_t)pb->B * pb->T},
+                          D >= 64 ? 64 : 8, &a, pb->idx_long));
+    ka_mem(&a, part_off != NO_REGION ? x->ws : NULL);
+    ka_idx(&a, part_off != NO_REGION ? (int64_t)(part_off / 4) : 0);
+    ka_mem(&a, dxc_off != NO_REGION ? x->ws : NULL);
+    ka_idx(&a, dxc_off != NO_REGION ? (int64_t)(dxc_off / 4) : 0);
+    ka_int(&a, linear ? 1 : 0);
+    ka_tensor(&a, dst);
+    ka_int(&a, D);
+    ka_int(&a, pb->H);
+    ka_int(&a, pb->nc_rows);
+    nsa_seq_args(&a, pb, x->in, x->ws, x->lay->fwd.cmp_off);
+    ka_int(&a, pb->T);
+    ka_int(&a, pb->cfg.cmp_block);
+    ka_int(&a, pb->cfg.cmp_stride);
+    return plan_args_done(ctx, &a, "grad_finish arguments");
+}
+
+/* Linear compression of one tensor (k or v): dX = dXc W^T, dW = X^T dXc,
+ * db, dpe, then dk from dX. */
+static clnsa_status plan_linear_bwd(clnsa_context *ctx, op_plan *p, cl_program prog, const nsa_problem *pb,
+                                    const bwd_args *x, bool is_k, size_t part_off)
+{
+    const bwd_workspace *w = x->lay;
+    const clnsa_nsa_inputs *in = x->in;
+    const int D = is_k ? pb->DK : pb->DV;
+    const size_t M = (size_t)pb->B * pb->nc_rows * pb->H, lD = (size_t)pb->cfg.cmp_block * D;
+    const size_t dxc = is_k ? w->dkc32 : w->dvc32;
+    CHECK(nsa_plan_linear_inputs(ctx, p, prog, pb, in, x->ws, &w->fwd, is_k ? &in->k : &in->v, is_k ? &in->w_k : &in->w_v,
+                                 is_k ? &in->b_k : &in->b_v, is_k ? &in->pe_k : &in->pe_v, w->fwd.y / 4, D));
+    CHECK(plan_fill_zero(ctx, p, prog, pb, x->ws, w->dx, M * lD));
+    CHECK(plan_add_gemm(ctx, p, x->ws, false, true, M, lD, (size_t)D, dxc / 4, (size_t)D, w->fwd.w32 / 4, (size_t)D, 1.0f,
+                        w->dx / 4, lD));
+    CHECK(plan_fill_zero(ctx, p, prog, pb, x->ws, w->dw32, lD * D));
+    CHECK(plan_add_gemm(ctx, p, x->ws, true, false, lD, (size_t)D, M, w->fwd.xg / 4, lD, dxc / 4, (size_t)D, 1.0f,
+                        w->dw32 / 4, (size_t)D));
+    kargs a;
+    CHECK(plan_add_kernel(ctx, p, prog, "store_2d_from_f32", (size_t[3]){(size_t)D, lD, 1}, D >= 64 ? 64 : 8, &a,
+                          pb->idx_long));
+    ka_mem(&a, x->ws);
+    ka_idx(&a, (int64_t)(w->dw32 / 4));
+    ka_tensor(&a, is_k ? &x->gr->dw_k : &x->gr->dw_v);
+    ka_int(&a, (int)lD);
+    ka_int(&a, D);
+    CHECK(plan_args_done(ctx, &a, "store_2d_from_f32 arguments"));
+    const clnsa_tensor none = {0};
+    const clnsa_tensor *db = is_k ? &x->gr->db_k : &x->gr->db_v, *dpe = is_k ? &x->gr->dpe_k : &x->gr->dpe_v;
+    const bool has_b = tensor_present(is_k ? &in->b_k : &in->b_v), has_pe = tensor_present(is_k ? &in->pe_k : &in->pe_v);
+    CHECK(plan_add_kernel(ctx, p, prog, "linear_param_grads", (size_t[3]){lD, 1, 1}, 64, &a, pb->idx_long));
+    ka_mem(&a, x->ws);
+    ka_idx(&a, (int64_t)(dxc / 4));
+    ka_mem(&a, x->ws);
+    ka_idx(&a, (int64_t)(w->dx / 4));
+    ka_tensor(&a, has_b ? db : &none);
+    ka_tensor(&a, has_pe ? dpe : &none);
+    ka_int(&a, D);
+    ka_int(&a, pb->H);
+    ka_int(&a, pb->B * pb->nc_rows);
+    ka_int(&a, pb->nc_rows);
+    compress_row_args(&a, pb, x);
+    CHECK(plan_args_done(ctx, &a, "linear_param_grads arguments"));
+    return plan_finish(ctx, p, prog, pb, x, part_off, w->dx, true, is_k ? &x->gr->dk : &x->gr->dv, D);
+}
+
+static clnsa_status plan_store_cmp_grad(clnsa_context *ctx, op_plan *p, cl_program prog, const nsa_problem *pb,
+                                        const bwd_args *x, size_t src, const clnsa_tensor *dst, int D)
+{
+    kargs a;
+    CHECK(plan_add_kernel(ctx, p, prog, "store_view_from_f32",
+                          (size_t[3]){(size_t)D, (size_t)pb->H, (size_t)pb->B * pb->nc_rows}, D >= 64 ? 64 : 8, &a,
+                          pb->idx_long));
+    ka_mem(&a, x->ws);
+    ka_idx(&a, (int64_t)(src / 4));
+    ka_tensor(&a, dst);
+    ka_int(&a, D);
+    ka_int(&a, pb->H);
+    ka_int(&a, pb->nc_rows);
+    return plan_args_done(ctx, &a, "store_view_from_f32 arguments");
+}
+
+/* Step 6: the tokens' dk and dv, and the compressed tensors' gradients. */
+static clnsa_status plan_finish_all(clnsa_context *ctx, op_plan *p, const nsa_problem *pb, const bwd_args *x)
+{
+    const bwd_workspace *w = x->lay;
+    cl_program prog;
+    CHECK(nsa_compress_program(ctx, pb, &prog));
+    const bool part = pb->has_slc || pb->has_swa;
+    const size_t part_k = part ? w->dk32 : NO_REGION, part_v = part ? w->dv32 : NO_REGION;
+    if (pb->need_cmp && !pb->has_cmp) { /* compressed K/V only fed top-k: no gradient */
+        const size_t rows = (size_t)pb->B * pb->nc_rows * pb->H;
+        CHECK(plan_fill_zero(ctx, p, prog, pb, x->ws, w->dkc32, rows * pb->DK));
+        CHECK(plan_fill_zero(ctx, p, prog, pb, x->ws, w->dvc32, rows * pb->DV));
+    }
+    if (pb->need_cmp && pb->linear) {
+        CHECK(plan_linear_bwd(ctx, p, prog, pb, x, true, part_k));
+        return plan_linear_bwd(ctx, p, prog, pb, x, false, part_v);
+    }
+    if (pb->cmp_given) {
+        CHECK(plan_store_cmp_grad(ctx, p, prog, pb, x, w->dkc32, &x->gr->dk_cmp, pb->DK));
+        CHECK(plan_store_cmp_grad(ctx, p, prog, pb, x, w->dvc32, &x->gr->dv_cmp, pb->DV));
+    }
+    const bool pool = pb->has_cmp && !pb->cmp_given;
+    CHECK(plan_finish(ctx, p, prog, pb, x, part_k, pool ? w->dkc32 : NO_REGION, false, &x->gr->dk, pb->DK));
+    return plan_finish(ctx, p, prog, pb, x, part_v, pool ? w->dvc32 : NO_REGION, false, &x->gr->dv, pb->DV);
+}
+
+static clnsa_status plan_backward(clnsa_context *ctx, op_plan *p, const nsa_problem *pb, const bwd_args *x)
+{
+    CHECK(nsa_plan_compress(ctx, p, pb, x->in, x->ws, &x->lay->fwd));
+    char defines[2048];
+    nsa_branch_defines(pb, x->in, defines, sizeof defines);
+    if (pb->has_slc && pb->varlen) {
+        cl_program prog;
+        CHECK(nsa_compress_program(ctx, pb, &prog));
+        CHECK(nsa_plan_offsets(ctx, p, prog, pb, x->in, x->ws, x->lay->blk_off, pb->cfg.block_size));
+    }
+    CHECK(plan_prologue(ctx, p, pb, x));
+    CHECK(plan_dq(ctx, p, pb, x));
+    if (pb->has_slc) {
+        CHECK(plan_index(ctx, p, pb, x, defines));
+        CHECK(plan_dkdv(ctx, p, pb, x, 1, false, defines));
+    }
+    if (pb->has_swa) CHECK(plan_dkdv(ctx, p, pb, x, 2, pb->has_slc, defines));
+    if (pb->has_cmp) CHECK(plan_dkdv(ctx, p, pb, x, 0, false, defines));
+    return plan_finish_all(ctx, p, pb, x);
+}
+
+/* ------------------------------------------------------------------- API */
+
+clnsa_status clnsa_nsa_backward_workspace_size(clnsa_context *ctx, cl_command_queue queue, const clnsa_nsa_config *config,
+                                               const clnsa_nsa_inputs *in, const clnsa_nsa_outputs *saved,
+                                               const clnsa_tensor *dout, const clnsa_nsa_grads *grads, size_t *bytes)
+{
+    if (!ctx) return CLNSA_ERROR_NULL_ARGUMENT;
+    cx_clear(ctx);
+    if (!bytes) return cx_fail(ctx, CLNSA_ERROR_NULL_ARGUMENT, "bytes: expected a pointer, got NULL");
+    *bytes = 0;
+    nsa_problem pb;
+    bwd_workspace lay;
+    CHECK(validate_bwd(ctx, config, in, saved, dout, grads, &pb));
+    CHECK(plan_bwd_workspace(ctx, queue, &pb, &lay));
+    *bytes = lay.total;
+    return CLNSA_SUCCESS;
+}
+
+clnsa_status clnsa_nsa_backward(clnsa_context *ctx, cl_command_queue queue, const clnsa_nsa_config *config,
+                                const clnsa_nsa_inputs *in, const clnsa_nsa_outputs *saved, const clnsa_tensor *dout,
+                                const clnsa_nsa_grads *grads, cl_mem workspace, size_t workspace_bytes, cl_uint nwait,
+                                const cl_event *wait, cl_event *event)
+{
+    if (event) *event = NULL;
+    if (!ctx) return CLNSA_ERROR_NULL_ARGUMENT;
+    cx_clear(ctx);
+    if (!queue) return cx_fail(ctx, CLNSA_ERROR_NULL_ARGUMENT, "queue: expected a cl_command_queue, got NULL");
+    if (nwait && !wait) return cx_fail(ctx, CLNSA_ERROR_NULL_ARGUMENT, "wait_list: expected %u events, got NULL", nwait);
+    nsa_problem pb;
+    bwd_workspace lay;
+    CHECK(validate_bwd(ctx, config, in, saved, dout, grads, &pb));
+    CHECK(plan_bwd_workspace(ctx, queue, &pb, &lay));
+    nsa_workspace total = lay.fwd;
+    total.total = lay.total;
+    CHECK(nsa_check_workspace(ctx, &total, workspace, workspace_bytes));
+
+    bwd_args x = {in, saved, dout, grads, workspace, &lay, {0}, {0}, {0}, {{0}}};
+    if (pb.need_cmp) nsa_cmp_views(&pb, in, workspace, &lay.fwd, &x.kc, &x.vc);
+    x.bidx = tensor_present(&in->block_indices) ? in->block_indices : saved->block_indices;
+    const bool on[3] = {pb.has_cmp, pb.has_slc, pb.has_swa};
+    for (int b = 0; b < 3; ++b)
+        if (on[b]) x.dlt[b] = ws_view3(workspace, lay.dlt[b], pb.B, pb.T, pb.HQ);
+    op_plan plan = {0};
+    clnsa_status st = plan_backward(ctx, &plan, &pb, &x);
+    return plan_run(ctx, &plan, st, queue, nwait, wait, event);
+}

@@ -1,0 +1,253 @@
+/* nsa_case.c: see nsa_case.h. */
+#include "nsa_case.h"
+
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+dbuf dev_rand(const test_env *env, size_t n, double lo, double hi, clnsa_dtype dt, uint64_t *seed)
+{
+    dbuf b = {NULL, alloc_uniform(n, lo, hi, seed), n};
+    b.m = upload(env, b.h, n, dt, true);
+    return b;
+}
+
+void dfree(dbuf *b)
+{
+    if (b->m) clReleaseMemObject(b->m);
+    free(b->h);
+    memset(b, 0, sizeof *b);
+}
+
+double nsa_tol(clnsa_dtype dt) { return dt == CLNSA_DTYPE_F32 ? 2e-5 : 1e-2; }
+
+static int *random_indices(const nsa_case *c, int *counts, uint64_t *seed)
+{
+    /* Random blocks, some -1, some duplicated or in the future, so every
+     * documented rule is exercised. */
+    size_t rows = (size_t)c->B * c->T * c->H;
+    int *idx = malloc(rows * c->S * sizeof *idx);
+    double r[4];
+    for (size_t i = 0; i < rows; ++i) {
+        int t = (int)(i / c->H % c->T), nb = t / c->bs + 1;
+        for (int s = 0; s < c->S; ++s) {
+            fill_uniform(r, 2, 0, 1, seed);
+            idx[i * c->S + s] = r[0] < 0.1 ? -1 : r[0] < 0.15 ? nb + 2 : (int)(r[1] * nb);
+        }
+        if (counts) {
+            fill_uniform(r, 1, 0, 1, seed);
+            counts[i] = (int)(r[0] * (c->S + 2)) - 1;
+        }
+    }
+    return idx;
+}
+
+ref_nsa_shape nsa_case_shape(const nsa_case *c)
+{
+    ref_nsa_shape sh;
+    ref_nsa_shape_init(&sh, c->B, c->T, c->HQ, c->H, c->DK, c->DV);
+    sh.cu_seqlens = c->cu;
+    sh.N = c->N;
+    sh.block_size = c->bs;
+    sh.block_count = c->S;
+    sh.cmp_block = c->cmp_l;
+    sh.cmp_stride = c->cmp_d;
+    sh.window = c->window;
+    sh.init_blocks = c->init_blocks;
+    sh.local_blocks = c->local_blocks;
+    return sh;
+}
+
+static void setup_inputs(const test_env *env, nsa_run *r, uint64_t *seed)
+{
+    const nsa_case *c = r->c;
+    const clnsa_dtype dt = c->dt;
+    const int l = r->l, NC = r->NC;
+    r->q = dev_rand(env, r->nq * c->DK, -1, 1, dt, seed);
+    r->k = dev_rand(env, r->nk * c->DK, -1, 1, dt, seed);
+    r->v = dev_rand(env, r->nk * c->DV, -1, 1, dt, seed);
+    if (c->cmp) r->gc = dev_rand(env, r->nq, 0, 1, dt, seed);
+    if (c->slc) r->gs = dev_rand(env, r->nq, 0, 1, dt, seed);
+    if (c->swa) r->gw = dev_rand(env, r->nq, 0, 1, dt, seed);
+    if (c->given_cmp) {
+        r->kc = dev_rand(env, (size_t)c->B * NC * c->H * c->DK, -1, 1, dt, seed);
+        r->vc = dev_rand(env, (size_t)c->B * NC * c->H * c->DV, -1, 1, dt, seed);
+    }
+    if (c->linear) {
+        r->wk = dev_rand(env, (size_t)l * c->DK * c->DK, -0.3, 0.3, dt, seed);
+        r->wv = dev_rand(env, (size_t)l * c->DV * c->DV, -0.3, 0.3, dt, seed);
+        r->bk = dev_rand(env, (size_t)c->DK, -1, 1, dt, seed);
+        r->bv = dev_rand(env, (size_t)c->DV, -1, 1, dt, seed);
+        if (c->pe) {
+            r->pk = dev_rand(env, (size_t)l * c->DK, -1, 1, dt, seed);
+            r->pv = dev_rand(env, (size_t)l * c->DV, -1, 1, dt, seed);
+        }
+    }
+    r->counts = c->counts ? malloc(r->nk * sizeof *r->counts) : NULL;
+    r->given = c->given_idx ? random_indices(c, r->counts, seed) : NULL;
+    if (r->counts && !r->given) free(random_indices(c, r->counts, seed));
+}
+
+static void describe_inputs(const test_env *env, nsa_run *r)
+{
+    const nsa_case *c = r->c;
+    const clnsa_dtype dt = c->dt;
+    const int l = r->l, NC = r->NC;
+    clnsa_nsa_inputs *in = &r->in;
+    memset(in, 0, sizeof *in);
+    in->q = tensor4(r->q.m, dt, c->B, c->T, c->HQ, c->DK);
+    in->k = tensor4(r->k.m, dt, c->B, c->T, c->H, c->DK);
+    in->v = tensor4(r->v.m, dt, c->B, c->T, c->H, c->DV);
+    if (r->gc.m) in->g_cmp = tensor3(r->gc.m, dt, c->B, c->T, c->HQ);
+    if (r->gs.m) in->g_slc = tensor3(r->gs.m, dt, c->B, c->T, c->HQ);
+    if (r->gw.m) in->g_swa = tensor3(r->gw.m, dt, c->B, c->T, c->HQ);
+    if (c->cu) {
+        r->cu_m = upload_i32(env, c->cu, (size_t)c->N + 1);
+        int64_t s = c->N + 1;
+        in->cu_seqlens = clnsa_tensor_contiguous(r->cu_m, CLNSA_DTYPE_I32, 1, &s);
+    }
+    if (r->kc.m) {
+        in->k_cmp = tensor4(r->kc.m, dt, c->B, NC, c->H, c->DK);
+        in->v_cmp = tensor4(r->vc.m, dt, c->B, NC, c->H, c->DV);
+    }
+    if (r->wk.m) {
+        int64_t sw[2] = {(int64_t)l * c->DK, c->DK}, sv[2] = {(int64_t)l * c->DV, c->DV};
+        int64_t spk[2] = {l, c->DK}, spv[2] = {l, c->DV}, sbk = c->DK, sbv = c->DV;
+        in->w_k = clnsa_tensor_contiguous(r->wk.m, dt, 2, sw);
+        in->w_v = clnsa_tensor_contiguous(r->wv.m, dt, 2, sv);
+        in->b_k = clnsa_tensor_contiguous(r->bk.m, dt, 1, &sbk);
+        in->b_v = clnsa_tensor_contiguous(r->bv.m, dt, 1, &sbv);
+        if (r->pk.m) {
+            in->pe_k = clnsa_tensor_contiguous(r->pk.m, dt, 2, spk);
+            in->pe_v = clnsa_tensor_contiguous(r->pv.m, dt, 2, spv);
+        }
+    }
+    if (r->given) {
+        r->idx_m = upload_i32(env, r->given, r->nk * c->S);
+        in->block_indices = tensor4(r->idx_m, CLNSA_DTYPE_I32, c->B, c->T, c->H, c->S);
+    }
+    if (r->counts) {
+        r->cnt_m = upload_i32(env, r->counts, r->nk);
+        in->block_counts = tensor3(r->cnt_m, CLNSA_DTYPE_I32, c->B, c->T, c->H);
+    }
+}
+
+void nsa_run_setup(const test_env *env, nsa_run *r, const nsa_case *c, uint64_t seed)
+{
+    memset(r, 0, sizeof *r);
+    r->c = c;
+    r->sh = nsa_case_shape(c);
+    r->NC = ref_total_cmp(&r->sh);
+    r->l = ref_cmp_block(&r->sh);
+    r->nq = (size_t)c->B * c->T * c->HQ;
+    r->nk = (size_t)c->B * c->T * c->H;
+    setup_inputs(env, r, &seed);
+    describe_inputs(env, r);
+
+    clnsa_nsa_config_init(&r->cfg);
+    r->cfg.block_size = c->bs;
+    r->cfg.block_count = c->S;
+    r->cfg.cmp_block = c->cmp_l;
+    r->cfg.cmp_stride = c->cmp_d;
+    r->cfg.window = c->window;
+    r->cfg.init_blocks = c->init_blocks;
+    r->cfg.local_blocks = c->local_blocks;
+
+    clnsa_nsa_outputs *out = &r->out;
+    memset(out, 0, sizeof *out);
+    r->o_m = poisoned(env, r->nq * c->DV, c->dt);
+    for (int i = 0; i < 3; ++i) r->lse_m[i] = poisoned(env, r->nq, CLNSA_DTYPE_F32);
+    r->bi_m = poisoned(env, r->nk * c->S, CLNSA_DTYPE_I32);
+    out->o = tensor4(r->o_m, c->dt, c->B, c->T, c->HQ, c->DV);
+    out->lse_cmp = tensor3(r->lse_m[0], CLNSA_DTYPE_F32, c->B, c->T, c->HQ);
+    out->lse_slc = tensor3(r->lse_m[1], CLNSA_DTYPE_F32, c->B, c->T, c->HQ);
+    out->lse_swa = tensor3(r->lse_m[2], CLNSA_DTYPE_F32, c->B, c->T, c->HQ);
+    out->block_indices = tensor4(r->bi_m, CLNSA_DTYPE_I32, c->B, c->T, c->H, c->S);
+}
+
+/* The compressed tensors as the device computes them, for the reference. */
+static void ref_compressed(nsa_run *r)
+{
+    const nsa_case *c = r->c;
+    const size_t nkc = (size_t)c->B * r->NC * c->H * c->DK, nvc = (size_t)c->B * r->NC * c->H * c->DV;
+    if (c->given_cmp) {
+        r->rkc = malloc(nkc * sizeof *r->rkc);
+        r->rvc = malloc(nvc * sizeof *r->rvc);
+        memcpy(r->rkc, r->kc.h, nkc * sizeof *r->rkc);
+        memcpy(r->rvc, r->vc.h, nvc * sizeof *r->rvc);
+        return;
+    }
+    r->rkc = calloc(nkc, sizeof *r->rkc);
+    r->rvc = calloc(nvc, sizeof *r->rvc);
+    if (c->linear) {
+        ref_compress_linear(&r->sh, r->k.h, c->DK, r->wk.h, r->bk.h, r->pk.h, r->rkc);
+        ref_compress_linear(&r->sh, r->v.h, c->DV, r->wv.h, r->bv.h, r->pv.h, r->rvc);
+    } else {
+        ref_compress_mean(&r->sh, r->k.h, c->DK, r->rkc);
+        ref_compress_mean(&r->sh, r->v.h, c->DV, r->rvc);
+    }
+    round_to(r->rkc, nkc, c->dt);
+    round_to(r->rvc, nvc, c->dt);
+}
+
+void nsa_run_forward(const test_env *env, nsa_run *r)
+{
+    const nsa_case *c = r->c;
+    size_t ws_bytes = 0;
+    clnsa_status st = clnsa_nsa_forward_workspace_size(env->ctx, env->queue, &r->cfg, &r->in, &r->out, &ws_bytes);
+    if (st) print_error("%s: %s\n", c->name, clnsa_last_error(env->ctx));
+    assert_int_equal(st, CLNSA_SUCCESS);
+    r->ws = ws_bytes ? poisoned(env, ws_bytes / 4, CLNSA_DTYPE_F32) : NULL;
+    cl_event ev = NULL;
+    st = clnsa_nsa_forward(env->ctx, env->queue, &r->cfg, &r->in, &r->out, r->ws, ws_bytes, 0, NULL, &ev);
+    if (st) print_error("%s: %s\n", c->name, clnsa_last_error(env->ctx));
+    assert_int_equal(st, CLNSA_SUCCESS);
+    assert_non_null(ev);
+    clWaitForEvents(1, &ev);
+    clReleaseEvent(ev);
+    r->o = malloc(r->nq * c->DV * sizeof *r->o);
+    download(env, r->o_m, r->nq * c->DV, c->dt, r->o);
+    for (int i = 0; i < 3; ++i) {
+        r->lse[i] = malloc(r->nq * sizeof(double));
+        download(env, r->lse_m[i], r->nq, CLNSA_DTYPE_F32, r->lse[i]);
+    }
+    r->topk_ran = c->slc && !r->given;
+    r->bi = malloc(r->nk * c->S * sizeof *r->bi);
+    if (r->topk_ran) download_i32(env, r->bi_m, r->nk * c->S, r->bi);
+    else if (r->given) memcpy(r->bi, r->given, r->nk * c->S * sizeof *r->bi);
+    ref_compressed(r);
+}
+
+ref_nsa_inputs nsa_run_ref_inputs(const nsa_run *r)
+{
+    ref_nsa_inputs rin = {r->q.h, r->k.h, r->v.h, r->gc.h, r->gs.h, r->gw.h, r->rkc, r->rvc,
+                          r->c->slc ? r->bi : NULL, r->counts};
+    return rin;
+}
+
+void nsa_run_free(nsa_run *r)
+{
+    free(r->o);
+    free(r->bi);
+    free(r->rkc);
+    free(r->rvc);
+    free(r->given);
+    free(r->counts);
+    for (int i = 0; i < 3; ++i) {
+        free(r->lse[i]);
+        clReleaseMemObject(r->lse_m[i]);
+    }
+    clReleaseMemObject(r->o_m);
+    clReleaseMemObject(r->bi_m);
+    cl_mem extra[] = {r->ws, r->cu_m, r->idx_m, r->cnt_m};
+    for (size_t i = 0; i < sizeof extra / sizeof extra[0]; ++i)
+        if (extra[i]) clReleaseMemObject(extra[i]);
+    dbuf *all[] = {&r->q, &r->k, &r->v, &r->gc, &r->gs, &r->gw, &r->kc, &r->vc,
+                   &r->wk, &r->wv, &r->bk, &r->bv, &r->pk, &r->pv};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; ++i) dfree(all[i]);
+}

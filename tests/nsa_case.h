@@ -1,0 +1,59 @@
+/* nsa_case.h: one NSA test case on the device and in the reference: random
+ * inputs (rounded to the storage dtype so both sides see the same values),
+ * poisoned outputs, the forward run, and the reference's compressed tensors.
+ * Used by the forward and backward tests. */
+#ifndef CLNSA_NSA_CASE_H
+#define CLNSA_NSA_CASE_H
+
+#include "nsa_ref.h"
+#include "testutil.h"
+
+typedef struct {
+    const char *name;
+    int B, T, HQ, H, DK, DV;
+    const int *cu;
+    int N;
+    int bs, S, cmp_l, cmp_d, window, init_blocks, local_blocks;
+    bool cmp, slc, swa;
+    bool given_idx, counts, given_cmp, linear, pe;
+    clnsa_dtype dt;
+} nsa_case;
+
+typedef struct {
+    cl_mem m; /* device copy, NULL when absent */
+    double *h; /* host values as the device sees them */
+    size_t n;
+} dbuf;
+
+typedef struct {
+    const nsa_case *c;
+    ref_nsa_shape sh;
+    int NC, l;
+    size_t nq, nk; /* B*T*HQ and B*T*H rows */
+    dbuf q, k, v, gc, gs, gw, kc, vc, wk, wv, bk, bv, pk, pv;
+    int *counts, *given; /* host block_counts / given block_indices, or NULL */
+    cl_mem cu_m, idx_m, cnt_m;
+    clnsa_nsa_config cfg;
+    clnsa_nsa_inputs in;
+    clnsa_nsa_outputs out;
+    cl_mem o_m, lse_m[3], bi_m, ws;
+    /* after nsa_run_forward: device results */
+    double *o, *lse[3];
+    int *bi;        /* block indices used: the top-k's, or the given ones */
+    bool topk_ran;
+    double *rkc, *rvc; /* reference compressed K/V (rounded like the device's) */
+} nsa_run;
+
+dbuf dev_rand(const test_env *env, size_t n, double lo, double hi, clnsa_dtype dt, uint64_t *seed);
+void dfree(dbuf *b);
+ref_nsa_shape nsa_case_shape(const nsa_case *c);
+/* Builds the inputs and poisoned outputs. */
+void nsa_run_setup(const test_env *env, nsa_run *r, const nsa_case *c, uint64_t seed);
+/* Runs the forward on the device (asserting success) and reads the results. */
+void nsa_run_forward(const test_env *env, nsa_run *r);
+/* The reference inputs for this run: with the device's block indices. */
+ref_nsa_inputs nsa_run_ref_inputs(const nsa_run *r);
+void nsa_run_free(nsa_run *r);
+double nsa_tol(clnsa_dtype dt);
+
+#endif

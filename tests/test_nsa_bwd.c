@@ -1,0 +1,268 @@
+/* test_nsa_bwd.c: the NSA backward against the double-precision reference's
+ * gradients (themselves checked by finite differences in test_ref), on
+ * random shapes, with poisoned outputs; and its determinism: bitwise equal
+ * gradients run after run and across work-group sizes. */
+#include "nsa_case.h"
+
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+static test_env env;
+
+/* The gradient tensors of one run, on the device (poisoned) and read back. */
+typedef struct {
+    const char *name;
+    cl_mem m;
+    size_t n;
+    double *dev, *ref;
+} grad_buf;
+
+enum { G_DQ, G_DK, G_DV, G_DGC, G_DGS, G_DGW, G_DKC, G_DVC, G_DWK, G_DBK, G_DPK, G_DWV, G_DBV, G_DPV, G_COUNT };
+
+typedef struct {
+    grad_buf g[G_COUNT];
+    clnsa_nsa_grads grads;
+    clnsa_tensor dout;
+    dbuf dO;
+} bwd_run;
+
+static void grad_alloc(grad_buf *g, const char *name, size_t n, clnsa_dtype dt)
+{
+    g->name = name;
+    g->n = n;
+    g->m = poisoned(&env, n, dt);
+    g->dev = calloc(n, sizeof(double));
+    g->ref = calloc(n, sizeof(double));
+}
+
+static void bwd_setup(bwd_run *b, const nsa_run *r, uint64_t seed)
+{
+    const nsa_case *c = r->c;
+    const clnsa_dtype dt = c->dt;
+    const int64_t NC = r->NC, l = r->l;
+    memset(b, 0, sizeof *b);
+    b->dO = dev_rand(&env, r->nq * c->DV, -1, 1, dt, &seed);
+    b->dout = tensor4(b->dO.m, dt, c->B, c->T, c->HQ, c->DV);
+    grad_alloc(&b->g[G_DQ], "dq", r->nq * c->DK, dt);
+    grad_alloc(&b->g[G_DK], "dk", r->nk * c->DK, dt);
+    grad_alloc(&b->g[G_DV], "dv", r->nk * c->DV, dt);
+    b->grads.dq = tensor4(b->g[G_DQ].m, dt, c->B, c->T, c->HQ, c->DK);
+    b->grads.dk = tensor4(b->g[G_DK].m, dt, c->B, c->T, c->H, c->DK);
+    b->grads.dv = tensor4(b->g[G_DV].m, dt, c->B, c->T, c->H, c->DV);
+    bool on[3] = {c->cmp, c->slc, c->swa};
+    clnsa_tensor *dg[3] = {&b->grads.dg_cmp, &b->grads.dg_slc, &b->grads.dg_swa};
+    const char *dgn[3] = {"dg_cmp", "dg_slc", "dg_swa"};
+    for (int i = 0; i < 3; ++i)
+        if (on[i]) {
+            grad_alloc(&b->g[G_DGC + i], dgn[i], r->nq, dt);
+            *dg[i] = tensor3(b->g[G_DGC + i].m, dt, c->B, c->T, c->HQ);
+        }
+    if (c->given_cmp) {
+        grad_alloc(&b->g[G_DKC], "dk_cmp", (size_t)c->B * NC * c->H * c->DK, dt);
+        grad_alloc(&b->g[G_DVC], "dv_cmp", (size_t)c->B * NC * c->H * c->DV, dt);
+        b->grads.dk_cmp = tensor4(b->g[G_DKC].m, dt, c->B, NC, c->H, c->DK);
+        b->grads.dv_cmp = tensor4(b->g[G_DVC].m, dt, c->B, NC, c->H, c->DV);
+    }
+    if (c->linear) {
+        int64_t swk[2] = {l * c->DK, c->DK}, swv[2] = {l * c->DV, c->DV}, spk[2] = {l, c->DK}, spv[2] = {l, c->DV};
+        int64_t sbk = c->DK, sbv = c->DV;
+        grad_alloc(&b->g[G_DWK], "dw_k", (size_t)(l * c->DK * c->DK), dt);
+        grad_alloc(&b->g[G_DWV], "dw_v", (size_t)(l * c->DV * c->DV), dt);
+        grad_alloc(&b->g[G_DBK], "db_k", (size_t)c->DK, dt);
+        grad_alloc(&b->g[G_DBV], "db_v", (size_t)c->DV, dt);
+        b->grads.dw_k = clnsa_tensor_contiguous(b->g[G_DWK].m, dt, 2, swk);
+        b->grads.dw_v = clnsa_tensor_contiguous(b->g[G_DWV].m, dt, 2, swv);
+        b->grads.db_k = clnsa_tensor_contiguous(b->g[G_DBK].m, dt, 1, &sbk);
+        b->grads.db_v = clnsa_tensor_contiguous(b->g[G_DBV].m, dt, 1, &sbv);
+        if (c->pe) {
+            grad_alloc(&b->g[G_DPK], "dpe_k", (size_t)(l * c->DK), dt);
+            grad_alloc(&b->g[G_DPV], "dpe_v", (size_t)(l * c->DV), dt);
+            b->grads.dpe_k = clnsa_tensor_contiguous(b->g[G_DPK].m, dt, 2, spk);
+            b->grads.dpe_v = clnsa_tensor_contiguous(b->g[G_DPV].m, dt, 2, spv);
+        }
+    }
+}
+
+static void bwd_run_device(bwd_run *b, const nsa_run *r)
+{
+    size_t bytes = 0;
+    clnsa_status st = clnsa_nsa_backward_workspace_size(env.ctx, env.queue, &r->cfg, &r->in, &r->out, &b->dout, &b->grads,
+                                                        &bytes);
+    if (st) print_error("%s: %s\n", r->c->name, clnsa_last_error(env.ctx));
+    assert_int_equal(st, CLNSA_SUCCESS);
+    cl_mem ws = bytes ? poisoned(&env, bytes / 4, CLNSA_DTYPE_F32) : NULL;
+    cl_event ev = NULL;
+    st = clnsa_nsa_backward(env.ctx, env.queue, &r->cfg, &r->in, &r->out, &b->dout, &b->grads, ws, bytes, 0, NULL, &ev);
+    if (st) print_error("%s: %s\n", r->c->name, clnsa_last_error(env.ctx));
+    assert_int_equal(st, CLNSA_SUCCESS);
+    assert_non_null(ev);
+    clWaitForEvents(1, &ev);
+    clReleaseEvent(ev);
+    if (ws) clReleaseMemObject(ws);
+    for (int i = 0; i < G_COUNT; ++i)
+        if (b->g[i].m) download(&env, b->g[i].m, b->g[i].n, r->c->dt, b->g[i].dev);
+}
+
+/* Reference gradients: the compressed tensors are given to the reference,
+ * and their gradient is carried back through the compression here. */
+static void bwd_reference(bwd_run *b, const nsa_run *r)
+{
+    const nsa_case *c = r->c;
+    ref_nsa_inputs rin = nsa_run_ref_inputs(r);
+    double *dkc = calloc((size_t)c->B * r->NC * c->H * c->DK, sizeof(double));
+    double *dvc = calloc((size_t)c->B * r->NC * c->H * c->DV, sizeof(double));
+    ref_nsa_grads rg = {b->g[G_DQ].ref, b->g[G_DK].ref, b->g[G_DV].ref, b->g[G_DGC].ref, b->g[G_DGS].ref,
+                        b->g[G_DGW].ref, dkc, dvc};
+    ref_nsa_bwd(&r->sh, &rin, b->dO.h, &rg);
+    if (c->given_cmp) {
+        memcpy(b->g[G_DKC].ref, dkc, b->g[G_DKC].n * sizeof(double));
+        memcpy(b->g[G_DVC].ref, dvc, b->g[G_DVC].n * sizeof(double));
+    } else if (c->linear) {
+        ref_compress_linear_bwd(&r->sh, r->k.h, c->DK, r->wk.h, r->pk.h, dkc, b->g[G_DK].ref, b->g[G_DWK].ref,
+                                b->g[G_DBK].ref, b->g[G_DPK].ref);
+        ref_compress_linear_bwd(&r->sh, r->v.h, c->DV, r->wv.h, r->pv.h, dvc, b->g[G_DV].ref, b->g[G_DWV].ref,
+                                b->g[G_DBV].ref, b->g[G_DPV].ref);
+    } else if (c->cmp) {
+        ref_compress_mean_bwd(&r->sh, dkc, c->DK, b->g[G_DK].ref);
+        ref_compress_mean_bwd(&r->sh, dvc, c->DV, b->g[G_DV].ref);
+    }
+    free(dkc);
+    free(dvc);
+}
+
+static double grad_tol(clnsa_dtype dt) { return dt == CLNSA_DTYPE_F32 ? 5e-5 : 2e-2; }
+
+static void bwd_compare(const bwd_run *b, const nsa_case *c)
+{
+    for (int i = 0; i < G_COUNT; ++i) {
+        const grad_buf *g = &b->g[i];
+        if (!g->m) continue;
+        double e = rel_l2_floor(g->dev, g->ref, g->n, 1e-2);
+        if (!(e < grad_tol(c->dt))) print_error("%s: %s rel L2 %.3g\n", c->name, g->name, e);
+        assert_true(e < grad_tol(c->dt));
+    }
+}
+
+static void bwd_free(bwd_run *b)
+{
+    for (int i = 0; i < G_COUNT; ++i)
+        if (b->g[i].m) {
+            clReleaseMemObject(b->g[i].m);
+            free(b->g[i].dev);
+            free(b->g[i].ref);
+        }
+    dfree(&b->dO);
+}
+
+static void run_case(const nsa_case *c, uint64_t seed)
+{
+    nsa_run r;
+    nsa_run_setup(&env, &r, c, seed);
+    nsa_run_forward(&env, &r);
+    bwd_run b;
+    bwd_setup(&b, &r, seed + 99);
+    bwd_run_device(&b, &r);
+    bwd_reference(&b, &r);
+    bwd_compare(&b, c);
+    bwd_free(&b);
+    nsa_run_free(&r);
+}
+
+#define F32 CLNSA_DTYPE_F32
+static const int cu3[] = {0, 5, 5, 43, 70};
+
+/* name, B, T, HQ, H, DK, DV, cu, N, bs, S, l, d, w, init, local, cmp, slc, swa, given_idx, counts,
+ * given_cmp, linear, pe, dtype */
+static const nsa_case cases[] = {
+    {"all branches G=1", 2, 37, 2, 2, 16, 16, NULL, 0, 8, 3, 8, 8, 5, 1, 2, true, true, true, false, false, false, false, false, F32},
+    {"G=3 DK!=DV", 1, 45, 6, 2, 24, 16, NULL, 0, 8, 4, 8, 8, 9, 1, 2, true, true, true, false, false, false, false, false, F32},
+    {"G=2 overlap 8/4 sel 16", 1, 53, 4, 2, 16, 8, NULL, 0, 16, 3, 8, 4, 0, 1, 2, true, true, false, false, false, false, false, false, F32},
+    {"G=16 one kv head", 1, 29, 16, 1, 16, 24, NULL, 0, 8, 3, 8, 8, 4, 1, 1, true, true, true, false, false, false, false, false, F32},
+    {"G=20 > head tile", 1, 19, 20, 1, 8, 8, NULL, 0, 4, 3, 4, 4, 3, 1, 2, true, true, true, false, false, false, false, false, F32},
+    {"varlen short seqs", 1, 70, 6, 2, 16, 16, cu3, 4, 8, 3, 8, 8, 6, 1, 2, true, true, true, false, false, false, false, false, F32},
+    {"given indices and counts", 2, 33, 6, 3, 16, 8, NULL, 0, 8, 4, 8, 8, 0, 1, 2, false, true, false, true, true, false, false, false, F32},
+    {"given k_cmp v_cmp", 2, 30, 4, 2, 16, 16, NULL, 0, 8, 3, 8, 8, 0, 1, 2, true, true, false, false, false, true, false, false, F32},
+    {"varlen given cmp, topk only", 1, 70, 2, 1, 8, 8, cu3, 4, 8, 3, 8, 8, 5, 1, 2, false, true, true, false, false, true, false, false, F32},
+    {"window only", 1, 40, 3, 1, 16, 16, NULL, 0, 8, 3, 8, 8, 7, 1, 2, false, false, true, false, false, false, false, false, F32},
+    {"bf16 all", 1, 37, 4, 2, 16, 16, NULL, 0, 8, 3, 8, 8, 5, 1, 2, true, true, true, false, false, false, false, false, CLNSA_DTYPE_BF16},
+    {"f16 varlen", 1, 70, 6, 2, 16, 8, cu3, 4, 8, 3, 8, 8, 6, 1, 2, true, true, true, false, false, false, false, false, CLNSA_DTYPE_F16},
+};
+
+static void test_cases(void **state)
+{
+    (void)state;
+    const char *only = getenv("CLNSA_TEST_CASE");
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; ++i)
+        if (!only || strcmp(only, cases[i].name) == 0) run_case(&cases[i], 4321 + i);
+}
+
+static void test_linear(void **state)
+{
+    (void)state;
+    nsa_case c = {"linear compression", 1, 35, 4, 2, 8, 16, NULL, 0, 8, 3, 4, 4, 0, 1, 2, true, true, false, false, false, false, true, true, F32};
+    run_case(&c, 91);
+    c.name = "linear compression varlen, overlap, no pe";
+    c.cu = cu3;
+    c.N = 4;
+    c.T = 70;
+    c.cmp_l = 8;
+    c.pe = false;
+    run_case(&c, 92);
+}
+
+/* Same inputs: bitwise equal gradients twice, and with another work-group size. */
+static void test_determinism(void **state)
+{
+    (void)state;
+    const nsa_case *c = &cases[5]; /* varlen, all branches */
+    nsa_run r;
+    nsa_run_setup(&env, &r, c, 7);
+    nsa_run_forward(&env, &r);
+    bwd_run b[3];
+    const char *wg[3] = {NULL, NULL, "32"};
+    for (int k = 0; k < 3; ++k) {
+        if (wg[k]) setenv("CLNSA_TUNE_WG", wg[k], 1);
+        bwd_setup(&b[k], &r, 11);
+        bwd_run_device(&b[k], &r);
+        unsetenv("CLNSA_TUNE_WG");
+    }
+    for (int k = 1; k < 3; ++k)
+        for (int i = 0; i < G_COUNT; ++i) {
+            if (!b[0].g[i].m) continue;
+            const bool same = memcmp(b[0].g[i].dev, b[k].g[i].dev, b[0].g[i].n * sizeof(double)) == 0;
+            if (!same) print_error("%s differs between run 0 and run %d\n", b[0].g[i].name, k);
+            assert_true(same);
+        }
+    for (int k = 0; k < 3; ++k) bwd_free(&b[k]);
+    nsa_run_free(&r);
+}
+
+static int setup(void **state)
+{
+    (void)state;
+    test_env_open(&env);
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    (void)state;
+    test_env_close(&env);
+    return 0;
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_cases),
+        cmocka_unit_test(test_linear),
+        cmocka_unit_test(test_determinism),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}

@@ -1,0 +1,340 @@
+/* cmd_run.c: `clnsa run`, the NSA forward on random inputs (all three
+ * branches, random gates, top-k computed on the device): timed with profiling
+ * events and checked against the double-precision reference. */
+#include "cli_common.h"
+#include "cmds.h"
+#include "nsa_ref.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+_Static_assert(sizeof(int) == sizeof(int32_t), "the reference takes int indices");
+
+/* Shapes up to this many B*T*HQ*T*DK multiply-adds are checked. */
+#define CHECK_LIMIT 2e9
+
+typedef struct {
+    int B, T, HQ, H, DK, DV;
+    int block_size, block_count, window, cmp_block, cmp_stride, init_blocks, local_blocks;
+    int dtype, repeat, seed;
+    bool no_check;
+    const char *device;
+} run_opts;
+
+enum { X_Q, X_K, X_V, X_GC, X_GS, X_GW, X_N }; /* host inputs */
+enum { M_Q, M_K, M_V, M_GC, M_GS, M_GW, M_O, M_LC, M_LS, M_LW, M_BI, M_WS, M_N }; /* buffers */
+
+typedef struct {
+    size_t n[X_N];
+    float *x[X_N];   /* inputs as the device stores them */
+    float *o, *lse[3];
+    int32_t *bi;
+} run_host;
+
+static uint64_t splitmix(uint64_t *s)
+{
+    uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+/* Uniform in the open interval (lo, hi), rounded to the storage dtype. */
+static void fill(float *x, size_t n, float lo, float hi, clnsa_dtype dt, uint64_t *seed)
+{
+    for (size_t i = 0; i < n; ++i) {
+        double u = ((double)(splitmix(seed) >> 11) + 0.5) / 9007199254740992.0;
+        x[i] = cli_round((float)(lo + (hi - lo) * u), dt);
+    }
+}
+
+static double *widen(const float *x, size_t n)
+{
+    double *d = cli_malloc(n * sizeof *d);
+    if (d)
+        for (size_t i = 0; i < n; ++i) d[i] = x[i];
+    return d;
+}
+
+/* ||x - ref|| / ||ref||; an infinite entry must match exactly; NaN gives inf. */
+static double rel_l2(const float *x, const double *ref, size_t n)
+{
+    double num = 0, den = 0;
+    for (size_t i = 0; i < n; ++i) {
+        if (isnan(x[i])) return INFINITY;
+        if (isinf(x[i]) || isinf(ref[i])) {
+            if ((double)x[i] != ref[i]) return INFINITY;
+            continue;
+        }
+        num += ((double)x[i] - ref[i]) * ((double)x[i] - ref[i]);
+        den += ref[i] * ref[i];
+    }
+    return den > 0 ? sqrt(num / den) : sqrt(num);
+}
+
+static int cmp_int(const void *a, const void *b)
+{
+    int x = *(const int *)a, y = *(const int *)b;
+    return (x > y) - (x < y);
+}
+
+static size_t rows_differing_as_sets(const int32_t *a, const int *b, size_t rows, int S)
+{
+    size_t bad = 0;
+    int *ra = malloc(2 * (size_t)S * sizeof *ra), *rb = ra + S;
+    if (!ra) return rows;
+    for (size_t r = 0; r < rows; ++r) {
+        memcpy(ra, a + r * S, (size_t)S * sizeof *ra);
+        memcpy(rb, b + r * S, (size_t)S * sizeof *rb);
+        qsort(ra, (size_t)S, sizeof *ra, cmp_int);
+        qsort(rb, (size_t)S, sizeof *rb, cmp_int);
+        bad += memcmp(ra, rb, (size_t)S * sizeof *ra) != 0;
+    }
+    free(ra);
+    return bad;
+}
+
+/* The reference check, done the way tests/test_nsa_fwd.c does it: the
+ * compressed K/V are mean-pooled here and rounded to the storage dtype, and
+ * the reference is given the device's own top-k. Returns 1 on PASS. */
+static int check(const run_opts *o, const run_host *h, clnsa_dtype dt)
+{
+    ref_nsa_shape sh;
+    ref_nsa_shape_init(&sh, o->B, o->T, o->HQ, o->H, o->DK, o->DV);
+    sh.block_size = o->block_size;
+    sh.block_count = o->block_count;
+    sh.cmp_block = o->cmp_block;
+    sh.cmp_stride = o->cmp_stride;
+    sh.window = o->window;
+    sh.init_blocks = o->init_blocks;
+    sh.local_blocks = o->local_blocks;
+    const size_t NC = (size_t)ref_total_cmp(&sh);
+    const size_t nkc = (size_t)o->B * NC * o->H * o->DK, nvc = (size_t)o->B * NC * o->H * o->DV;
+    const size_t nl = h->n[X_GC], no = (size_t)o->B * o->T * o->HQ * o->DV;
+    const size_t rows = (size_t)o->B * o->T * o->H;
+    double *x[X_N] = {0}, *kc = NULL, *vc = NULL, *ro = NULL, *rl[3] = {0};
+    int *rbi = NULL, pass = 0;
+    for (int i = 0; i < X_N; ++i)
+        if (h->x[i] && !(x[i] = widen(h->x[i], h->n[i]))) goto done;
+    kc = cli_malloc(nkc * sizeof *kc);
+    vc = cli_malloc(nvc * sizeof *vc);
+    ro = cli_malloc(no * sizeof *ro);
+    rbi = cli_malloc(rows * o->block_count * sizeof *rbi);
+    for (int i = 0; i < 3; ++i) rl[i] = cli_malloc(nl * sizeof(double));
+    if (!kc || !vc || !ro || !rbi || !rl[0] || !rl[1] || !rl[2]) goto done;
+    ref_compress_mean(&sh, x[X_K], o->DK, kc);
+    ref_compress_mean(&sh, x[X_V], o->DV, vc);
+    for (size_t i = 0; i < nkc; ++i) kc[i] = cli_round((float)kc[i], dt);
+    for (size_t i = 0; i < nvc; ++i) vc[i] = cli_round((float)vc[i], dt);
+
+    ref_nsa_inputs rin = {x[X_Q], x[X_K], x[X_V], x[X_GC], x[X_GS], x[X_GW], kc, vc, h->bi, NULL};
+    ref_nsa_outputs rout = {ro, NULL, NULL, NULL, rl[0], rl[1], rl[2], NULL};
+    ref_nsa_fwd(&sh, &rin, &rout);
+
+    const double tol = dt == CLNSA_DTYPE_F32 ? 1e-4 : 1e-2;
+    static const char *const names[3] = {"lse_cmp", "lse_slc", "lse_swa"};
+    double e = rel_l2(h->o, ro, no), worst = e;
+    printf("check: relative L2 error vs reference (tolerance %.0e)\n", tol);
+    printf("  %-8s %.3e\n", "o", e);
+    for (int i = 0; i < 3; ++i) {
+        if (!h->lse[i]) continue;
+        double el = rel_l2(h->lse[i], rl[i], nl);
+        printf("  %-8s %.3e\n", names[i], el);
+        if (!(el <= worst)) worst = el;
+    }
+    ref_topk(&sh, x[X_Q], kc, NULL, rbi);
+    size_t bad = rows_differing_as_sets(h->bi, rbi, rows, o->block_count);
+    if (bad) printf("  top-k: %zu of %zu rows differ from the reference's as sets (near-ties; not counted)\n", bad, rows);
+    else printf("  top-k: all %zu rows match the reference's as sets\n", rows);
+    pass = worst <= tol;
+    printf("%s\n", pass ? "PASS" : "FAIL");
+done:
+    for (int i = 0; i < X_N; ++i) free(x[i]);
+    free(kc), free(vc), free(ro), free(rbi);
+    for (int i = 0; i < 3; ++i) free(rl[i]);
+    return pass;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* One forward; returns its device time in ms (timed) or 0, -1 on error. */
+static double forward(const cli_env *env, const clnsa_nsa_config *cfg, const clnsa_nsa_inputs *in,
+                      const clnsa_nsa_outputs *out, cl_mem ws, size_t ws_bytes)
+{
+    cli_timer t;
+    if (cli_timer_begin(env, &t)) return -1;
+    cl_event ev = NULL;
+    clnsa_status st = clnsa_nsa_forward(env->ctx, env->queue, cfg, in, out, ws, ws_bytes, 1, &t.marker, &ev);
+    double ms = cli_timer_end(&t, ev);
+    if (ev) clReleaseEvent(ev);
+    if (st != CLNSA_SUCCESS) {
+        cli_report(env, "clnsa_nsa_forward", st);
+        return -1;
+    }
+    return ms;
+}
+
+/* -1: error (printed), 0: PASS or not checked, 1: FAIL. */
+static int run(const run_opts *o, cli_env *env)
+{
+    const clnsa_dtype dt = cli_dtype_from_choice(o->dtype);
+    const size_t nq = (size_t)o->B * o->T * o->HQ, nk = (size_t)o->B * o->T * o->H;
+    const size_t rows_s = nk * (size_t)o->block_count;
+    run_host h;
+    memset(&h, 0, sizeof h);
+    cl_mem m[M_N] = {0};
+    double *times = NULL;
+    int rc = -1;
+    const size_t n[X_N] = {nq * o->DK, nk * o->DK, nk * o->DV, nq, nq, o->window > 0 ? nq : 0};
+    const float lo[X_N] = {-1, -1, -1, 0, 0, 0};
+    uint64_t seed = (uint64_t)o->seed;
+    for (int i = 0; i < X_N; ++i) {
+        h.n[i] = n[i];
+        if (i == X_GW && !n[i]) continue;
+        if (!(h.x[i] = cli_malloc(n[i] * sizeof(float)))) goto done;
+        fill(h.x[i], n[i], lo[i], 1, dt, &seed);
+        if (!(m[i] = cli_upload_f32(env, h.x[i], n[i], dt))) goto done;
+    }
+    if (!(m[M_O] = cli_buffer(env, nq * o->DV * clnsa_dtype_size(dt), NULL))) goto done;
+    for (int i = 0; i < 3; ++i)
+        if ((i < 2 || h.x[X_GW]) && !(m[M_LC + i] = cli_buffer(env, nq * 4, NULL))) goto done;
+    if (!(m[M_BI] = cli_buffer(env, rows_s * 4, NULL))) goto done;
+
+    clnsa_nsa_config cfg;
+    clnsa_nsa_config_init(&cfg);
+    cfg.block_size = o->block_size;
+    cfg.block_count = o->block_count;
+    cfg.cmp_block = o->cmp_block;
+    cfg.cmp_stride = o->cmp_stride;
+    cfg.window = o->window;
+    cfg.init_blocks = o->init_blocks;
+    cfg.local_blocks = o->local_blocks;
+    int64_t sq[4] = {o->B, o->T, o->HQ, o->DK}, sk[4] = {o->B, o->T, o->H, o->DK};
+    int64_t sv[4] = {o->B, o->T, o->H, o->DV}, so[4] = {o->B, o->T, o->HQ, o->DV};
+    int64_t sg[3] = {o->B, o->T, o->HQ}, sb[4] = {o->B, o->T, o->H, o->block_count};
+    clnsa_nsa_inputs in;
+    clnsa_nsa_outputs out;
+    memset(&in, 0, sizeof in);
+    memset(&out, 0, sizeof out);
+    in.q = clnsa_tensor_contiguous(m[M_Q], dt, 4, sq);
+    in.k = clnsa_tensor_contiguous(m[M_K], dt, 4, sk);
+    in.v = clnsa_tensor_contiguous(m[M_V], dt, 4, sv);
+    in.g_cmp = clnsa_tensor_contiguous(m[M_GC], dt, 3, sg);
+    in.g_slc = clnsa_tensor_contiguous(m[M_GS], dt, 3, sg);
+    if (m[M_GW]) in.g_swa = clnsa_tensor_contiguous(m[M_GW], dt, 3, sg);
+    out.o = clnsa_tensor_contiguous(m[M_O], dt, 4, so);
+    out.lse_cmp = clnsa_tensor_contiguous(m[M_LC], CLNSA_DTYPE_F32, 3, sg);
+    out.lse_slc = clnsa_tensor_contiguous(m[M_LS], CLNSA_DTYPE_F32, 3, sg);
+    if (m[M_LW]) out.lse_swa = clnsa_tensor_contiguous(m[M_LW], CLNSA_DTYPE_F32, 3, sg);
+    out.block_indices = clnsa_tensor_contiguous(m[M_BI], CLNSA_DTYPE_I32, 4, sb);
+
+    size_t ws_bytes = 0;
+    clnsa_status st = clnsa_nsa_forward_workspace_size(env->ctx, env->queue, &cfg, &in, &out, &ws_bytes);
+    if (st != CLNSA_SUCCESS) {
+        cli_report(env, "clnsa_nsa_forward_workspace_size", st);
+        goto done;
+    }
+    if (ws_bytes && !(m[M_WS] = cli_buffer(env, ws_bytes, NULL))) goto done;
+
+    double t0 = cli_now_ms();
+    if (forward(env, &cfg, &in, &out, m[M_WS], ws_bytes) < 0) goto done;
+    double first = cli_now_ms() - t0;
+    if (!(times = cli_malloc((size_t)o->repeat * sizeof *times))) goto done;
+    for (int r = 0; r < o->repeat; ++r)
+        if ((times[r] = forward(env, &cfg, &in, &out, m[M_WS], ws_bytes)) < 0) goto done;
+    qsort(times, (size_t)o->repeat, sizeof *times, cmp_double);
+    double med = o->repeat % 2 ? times[o->repeat / 2] : 0.5 * (times[o->repeat / 2 - 1] + times[o->repeat / 2]);
+    printf("workspace: %zu bytes\n", ws_bytes);
+    printf("forward: %.3f ms (median of %d after one warm-up; min %.3f, max %.3f; profiling events)\n", med,
+           o->repeat, times[0], times[o->repeat - 1]);
+    printf("first call (kernel build + run): %.1f ms (host clock)\n", first);
+
+    printf("backward: not implemented yet (issue 4)\n");
+    double work = (double)o->B * o->T * o->HQ * (double)o->T * o->DK;
+    if (o->no_check) {
+        printf("check: skipped (--no-check)\n");
+        rc = 0;
+        goto done;
+    }
+    if (work >= CHECK_LIMIT) {
+        printf("check: skipped, shape too large for the reference (B*T*HQ*T*DK = %.3g >= %.0e)\n", work, CHECK_LIMIT);
+        rc = 0;
+        goto done;
+    }
+    if (!(h.o = cli_malloc(nq * o->DV * sizeof(float))) || !(h.bi = cli_malloc(rows_s * sizeof(int32_t)))) goto done;
+    if (cli_download_f32(env, m[M_O], nq * o->DV, dt, h.o) || cli_download_i32(env, m[M_BI], rows_s, h.bi)) goto done;
+    for (int i = 0; i < 3; ++i) {
+        if (!m[M_LC + i]) continue;
+        if (!(h.lse[i] = cli_malloc(nq * sizeof(float)))) goto done;
+        if (cli_download_f32(env, m[M_LC + i], nq, CLNSA_DTYPE_F32, h.lse[i])) goto done;
+    }
+    rc = check(o, &h, dt) ? 0 : 1;
+done:
+    free(times);
+    for (int i = 0; i < X_N; ++i) free(h.x[i]);
+    free(h.o), free(h.bi);
+    for (int i = 0; i < 3; ++i) free(h.lse[i]);
+    for (int i = 0; i < M_N; ++i)
+        if (m[i]) clReleaseMemObject(m[i]);
+    return rc;
+}
+
+int cmd_run(int argc, char **argv)
+{
+    run_opts o = {1, 512, 16, 2, 64, 64, 32, 4, 64, 0, 0, 1, 2, 0, 5, 1, false, NULL};
+    const cli_opt opts[] = {
+        {"--device", OPT_STRING, &o.device, 0, 0, NULL, "P:D", "OpenCL platform:device (default: see clnsa devices)"},
+        {"--B", OPT_INT, &o.B, 1, 65535, NULL, "N", "batch size (1)"},
+        {"--T", OPT_INT, &o.T, 1, 1 << 30, NULL, "N", "sequence length (512)"},
+        {"--HQ", OPT_INT, &o.HQ, 1, 65535, NULL, "N", "query heads (16)"},
+        {"--H", OPT_INT, &o.H, 1, 65535, NULL, "N", "key/value heads, dividing HQ (2)"},
+        {"--DK", OPT_INT, &o.DK, 8, 256, NULL, "N", "query/key head dim, a multiple of 8 (64)"},
+        {"--DV", OPT_INT, &o.DV, 8, 256, NULL, "N", "value head dim, a multiple of 8 (64)"},
+        {"--block-size", OPT_INT, &o.block_size, 1, 1 << 20, NULL, "N", "selection block (32)"},
+        {"--block-count", OPT_INT, &o.block_count, 1, 1024, NULL, "N", "selected blocks per query (4)"},
+        {"--window", OPT_INT, &o.window, 0, 1 << 30, NULL, "N", "sliding window, 0 = branch off (64)"},
+        {"--cmp-block", OPT_INT, &o.cmp_block, 0, 1 << 20, NULL, "N", "compression block (block size)"},
+        {"--cmp-stride", OPT_INT, &o.cmp_stride, 0, 1 << 20, NULL, "N", "compression stride (block size)"},
+        {"--init-blocks", OPT_INT, &o.init_blocks, 0, 1 << 20, NULL, "N", "forced leading blocks (1)"},
+        {"--local-blocks", OPT_INT, &o.local_blocks, 0, 1 << 20, NULL, "N", "forced blocks ending at the query's (2)"},
+        {"--dtype", OPT_CHOICE, &o.dtype, 0, 0, "f32|f16|bf16", NULL, "storage type of the float tensors (f32)"},
+        {"--repeat", OPT_INT, &o.repeat, 1, 100000, NULL, "N", "timed runs after one warm-up (5)"},
+        {"--seed", OPT_INT, &o.seed, 0, 0x7fffffff, NULL, "N", "random seed (1)"},
+        {"--no-check", OPT_FLAG, &o.no_check, 0, 0, NULL, NULL, "skip the check against the reference"},
+    };
+    const size_t nopts = sizeof opts / sizeof opts[0];
+    int rc = cli_parse("run", argc, argv, 2, opts, nopts, NULL);
+    if (rc < 0) {
+        printf("usage: clnsa run [options]\n"
+               "Runs the NSA forward (compression, top-k, selection and sliding window, random gates)\n"
+               "on random inputs, times it and checks it against the double-precision reference.\n"
+               "Exits non-zero on FAIL or any error.\n\n");
+        cli_print_opts(stdout, opts, nopts);
+        return CLI_OK;
+    }
+    if (rc) return rc;
+    if (o.HQ % o.H) {
+        fprintf(stderr, "clnsa run: --H %d must divide --HQ %d\n", o.H, o.HQ);
+        return CLI_USAGE;
+    }
+    cli_env env;
+    if (cli_open(&env, o.device)) return CLI_FAIL;
+    const clnsa_dtype dt = cli_dtype_from_choice(o.dtype);
+    const int l = o.cmp_block ? o.cmp_block : o.block_size, d = o.cmp_stride ? o.cmp_stride : o.block_size;
+    printf("device %d:%d: %s (%s)\n", env.plat_index, env.dev_index, env.info->name, env.info->platform_name);
+    printf("shape: B=%d T=%d HQ=%d H=%d DK=%d DV=%d dtype=%s\n", o.B, o.T, o.HQ, o.H, o.DK, o.DV,
+           clnsa_dtype_name(dt));
+    printf("nsa: block_size=%d block_count=%d window=%d cmp_block=%d cmp_stride=%d init_blocks=%d local_blocks=%d "
+           "scale=%.6g; branches cmp+slc%s, top-k on the device\n",
+           o.block_size, o.block_count, o.window, l, d, o.init_blocks, o.local_blocks, 1.0 / sqrt((double)o.DK),
+           o.window > 0 ? "+swa" : "");
+    fflush(stdout);
+    rc = run(&o, &env);
+    cli_close(&env);
+    return rc == 0 ? CLI_OK : CLI_FAIL;
+}

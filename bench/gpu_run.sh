@@ -11,7 +11,7 @@ meson setup build-gpu --buildtype=release >/dev/null && ninja -C build-gpu >/dev
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$OUT/gpu.txt"
 export CLNSA_TEST_DEVICE=nvidia CLNSA_REQUIRE_DEVICE=1
 build-gpu/clnsa devices > "$OUT/devices.txt" 2>&1 || true
-for t in build-gpu/tests/test_nsa_fwd build-gpu/tests/test_golden build-gpu/tests/test_api; do
+for t in build-gpu/tests/test_nsa_fwd build-gpu/tests/test_nsa_bwd build-gpu/tests/test_golden build-gpu/tests/test_api; do
     [ -x "$t" ] || continue
     echo "== $t (NVIDIA OpenCL)"
     (cd build-gpu && CLNSA_GOLDEN_DIR=$PWD/tests/golden "../$t" 2>&1 | tail -4) | tee -a "$OUT/tests.txt"

@@ -1,4 +1,4 @@
-/* test_golden.c: the NSA forward against golden cases computed by an
+/* test_golden.c: the NSA forward and backward against golden cases computed by an
  * independent implementation (fla-org's naive PyTorch reference, f32), read
  * from ../shared/golden as unpacked by tests/meson.build into
  * $CLNSA_GOLDEN_DIR: <case>/<op>/<array>.npy. Every op runs in f32 with
@@ -101,12 +101,64 @@ typedef struct {
     bool ones;                /* its gate is all ones (else inputs/g_*.npy) */
     const char *indices_op;   /* block_indices.npy of this op is given; NULL: top-k */
     bool window;              /* the case's window (else 0) */
+    bool bwd;                 /* also the backward, with inputs/do.npy */
 } run_spec;
 
 typedef struct {
     double *o, *lse_cmp;
     int32_t *bi; /* top-k's selection, when it ran */
+    double *dq, *dk, *dv, *dg[3]; /* with bwd (dg of branches that are on) */
 } run_result;
+
+/* The backward after a forward whose outputs (lse, indices) are in `out`. */
+static void run_backward(const golden_case *c, const run_spec *r, const clnsa_nsa_config *cfg,
+                         const clnsa_nsa_inputs *in, const clnsa_nsa_outputs *out, run_result *res)
+{
+    const size_t nq = (size_t)c->B * c->T * c->HQ, nk = (size_t)c->B * c->T * c->H, D = (size_t)c->D;
+    double *dO = load_f64(c, "inputs", "do", nq * D);
+    cl_mem dom = upload(&env, dO, nq * D, F32, false);
+    free(dO);
+    cl_mem dqm = poisoned(&env, nq * D, F32), dkm = poisoned(&env, nk * D, F32), dvm = poisoned(&env, nk * D, F32);
+    cl_mem dgm[3] = {NULL, NULL, NULL};
+    clnsa_nsa_grads gr;
+    memset(&gr, 0, sizeof gr);
+    gr.dq = tensor4(dqm, F32, c->B, c->T, c->HQ, c->D);
+    gr.dk = tensor4(dkm, F32, c->B, c->T, c->H, c->D);
+    gr.dv = tensor4(dvm, F32, c->B, c->T, c->H, c->D);
+    const bool on[3] = {r->g_cmp, r->g_slc, r->g_swa};
+    clnsa_tensor *dgt[3] = {&gr.dg_cmp, &gr.dg_slc, &gr.dg_swa};
+    for (int i = 0; i < 3; ++i)
+        if (on[i]) {
+            dgm[i] = poisoned(&env, nq, F32);
+            *dgt[i] = tensor3(dgm[i], F32, c->B, c->T, c->HQ);
+        }
+    clnsa_tensor dout = tensor4(dom, F32, c->B, c->T, c->HQ, c->D);
+    size_t bytes = 0;
+    clnsa_status st = clnsa_nsa_backward_workspace_size(env.ctx, env.queue, cfg, in, out, &dout, &gr, &bytes);
+    if (st) print_error("%s: %s\n", c->name, clnsa_last_error(env.ctx));
+    assert_int_equal(st, CLNSA_SUCCESS);
+    cl_mem ws = bytes ? poisoned(&env, bytes / 4, F32) : NULL;
+    cl_event ev = NULL;
+    st = clnsa_nsa_backward(env.ctx, env.queue, cfg, in, out, &dout, &gr, ws, bytes, 0, NULL, &ev);
+    if (st) print_error("%s: %s\n", c->name, clnsa_last_error(env.ctx));
+    assert_int_equal(st, CLNSA_SUCCESS);
+    assert_int_equal(clWaitForEvents(1, &ev), CL_SUCCESS);
+    clReleaseEvent(ev);
+    res->dq = malloc(nq * D * sizeof(double));
+    res->dk = malloc(nk * D * sizeof(double));
+    res->dv = malloc(nk * D * sizeof(double));
+    download(&env, dqm, nq * D, F32, res->dq);
+    download(&env, dkm, nk * D, F32, res->dk);
+    download(&env, dvm, nk * D, F32, res->dv);
+    for (int i = 0; i < 3; ++i)
+        if (dgm[i]) {
+            res->dg[i] = malloc(nq * sizeof(double));
+            download(&env, dgm[i], nq, F32, res->dg[i]);
+        }
+    cl_mem all[] = {dom, dqm, dkm, dvm, dgm[0], dgm[1], dgm[2], ws};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; ++i)
+        if (all[i]) clReleaseMemObject(all[i]);
+}
 
 static run_result run(const golden_case *c, const run_spec *r)
 {
@@ -168,10 +220,13 @@ static run_result run(const golden_case *c, const run_spec *r)
     }
 
     cl_mem om = poisoned(&env, nq * D, F32), lm = poisoned(&env, nq, F32), bm = poisoned(&env, nk * c->S, I32);
+    cl_mem lsm = poisoned(&env, nq, F32), lwm = poisoned(&env, nq, F32);
     clnsa_nsa_outputs out;
     memset(&out, 0, sizeof out);
     out.o = tensor4(om, F32, c->B, c->T, c->HQ, c->D);
     if (r->g_cmp) out.lse_cmp = tensor3(lm, F32, c->B, c->T, c->HQ);
+    if (r->g_slc) out.lse_slc = tensor3(lsm, F32, c->B, c->T, c->HQ);
+    if (r->g_swa) out.lse_swa = tensor3(lwm, F32, c->B, c->T, c->HQ);
     out.block_indices = tensor4(bm, I32, c->B, c->T, c->H, c->S);
 
     size_t ws_bytes = 0;
@@ -186,7 +241,9 @@ static run_result run(const golden_case *c, const run_spec *r)
     assert_int_equal(clWaitForEvents(1, &ev), CL_SUCCESS);
     clReleaseEvent(ev);
 
-    run_result res = {NULL, NULL, NULL};
+    run_result res;
+    memset(&res, 0, sizeof res);
+    if (r->bwd) run_backward(c, r, &cfg, &in, &out, &res);
     res.o = malloc(nq * D * sizeof *res.o);
     download(&env, om, nq * D, F32, res.o);
     if (r->g_cmp) {
@@ -197,7 +254,7 @@ static run_result run(const golden_case *c, const run_spec *r)
         res.bi = malloc(nk * c->S * sizeof *res.bi);
         download_i32(&env, bm, nk * c->S, res.bi);
     }
-    cl_mem all[] = {qm, km, vm, gm[0], gm[1], gm[2], cum, idxm, om, lm, bm, ws};
+    cl_mem all[] = {qm, km, vm, gm[0], gm[1], gm[2], cum, idxm, om, lm, lsm, lwm, bm, ws};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; ++i)
         if (all[i]) clReleaseMemObject(all[i]);
     return res;
@@ -208,6 +265,10 @@ static void free_result(run_result *r)
     free(r->o);
     free(r->lse_cmp);
     free(r->bi);
+    free(r->dq);
+    free(r->dk);
+    free(r->dv);
+    for (int i = 0; i < 3; ++i) free(r->dg[i]);
 }
 
 static void check(const golden_case *c, const char *what, double err)
@@ -217,6 +278,24 @@ static void check(const golden_case *c, const char *what, double err)
     assert_true(err < TOL);
 }
 
+/* Compares each of the op's gradient files present in the result. */
+static void check_grads(const golden_case *c, const char *op, const run_result *res)
+{
+    const size_t nq = (size_t)c->B * c->T * c->HQ, nk = (size_t)c->B * c->T * c->H, D = (size_t)c->D;
+    const struct { const char *name; const double *dev; size_t n; } g[] = {
+        {"dq", res->dq, nq * D}, {"dk", res->dk, nk * D}, {"dv", res->dv, nk * D},
+        {"dg_cmp", res->dg[0], nq}, {"dg_slc", res->dg[1], nq}, {"dg_swa", res->dg[2], nq},
+    };
+    for (size_t i = 0; i < sizeof g / sizeof g[0]; ++i) {
+        if (!g[i].dev || (i >= 3 && strcmp(op, "nsa") != 0)) continue;
+        double *ref = load_f64(c, op, g[i].name, g[i].n);
+        char what[64];
+        snprintf(what, sizeof what, "%s %s", op, g[i].name);
+        check(c, what, rel_l2(g[i].dev, ref, g[i].n));
+        free(ref);
+    }
+}
+
 /* ------------------------------------------------------------ ops */
 
 /* selection/o: ungated selected attention with the given block indices */
@@ -224,10 +303,11 @@ static void selection(const golden_case *c)
 {
     need_golden();
     const size_t n = (size_t)c->B * c->T * c->HQ * c->D;
-    run_spec r = {false, true, false, true, "selection", false};
+    run_spec r = {false, true, false, true, "selection", false, true};
     run_result res = run(c, &r);
     double *ref = load_f64(c, "selection", "o", n);
     check(c, "selection o", rel_l2(res.o, ref, n));
+    check_grads(c, "selection", &res);
     free(ref);
     free_result(&res);
 }
@@ -237,8 +317,9 @@ static void compression(const golden_case *c)
 {
     need_golden();
     const size_t nq = (size_t)c->B * c->T * c->HQ, n = nq * c->D;
-    run_spec r = {true, false, false, true, NULL, false};
+    run_spec r = {true, false, false, true, NULL, false, true};
     run_result res = run(c, &r);
+    check_grads(c, "compression", &res);
     double *ref = load_f64(c, "compression", "o", n), *ref_lse = load_f64(c, "compression", "lse", nq);
     size_t ninf = 0;
     for (size_t i = 0; i < nq; ++i) ninf += isinf(ref_lse[i]) && ref_lse[i] < 0;
@@ -255,10 +336,11 @@ static void full_nsa(const golden_case *c)
 {
     need_golden();
     const size_t n = (size_t)c->B * c->T * c->HQ * c->D;
-    run_spec r = {true, true, true, false, "nsa", true};
+    run_spec r = {true, true, true, false, "nsa", true, true};
     run_result res = run(c, &r);
     double *ref = load_f64(c, "nsa", "o", n);
     check(c, "nsa o", rel_l2(res.o, ref, n));
+    check_grads(c, "nsa", &res);
     free(ref);
     free_result(&res);
 }
@@ -276,7 +358,7 @@ static void topk(const golden_case *c)
 {
     need_golden();
     const size_t rows = (size_t)c->B * c->T * c->H;
-    run_spec r = {false, true, false, true, NULL, false};
+    run_spec r = {false, true, false, true, NULL, false, false};
     run_result res = run(c, &r);
     int32_t *ref = load_i32(c, "topk", "block_indices", rows * c->S);
     size_t bad = 0, printed = 0;

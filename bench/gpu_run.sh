@@ -7,14 +7,20 @@ set -uo pipefail
 OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT"
 Ts=${1:-4096,8192,16384,32768,65536}
+repeat=${REPEAT:-3}
 meson setup build-gpu --buildtype=release >/dev/null && ninja -C build-gpu >/dev/null || exit 1
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$OUT/gpu.txt"
 export CLNSA_TEST_DEVICE=nvidia CLNSA_REQUIRE_DEVICE=1
+# golden cases: the kit may carry them (.gpu/golden/*.tar.gz); shared/ does not travel
+golden=$PWD/build-gpu/tests/golden
+if [ ! -d "$golden" ] && ls .gpu/golden/*.tar.gz >/dev/null 2>&1; then
+    mkdir -p "$golden" && for f in .gpu/golden/*.tar.gz; do tar -xzf "$f" -C "$golden"; done
+fi
 build-gpu/clnsa devices > "$OUT/devices.txt" 2>&1 || true
 for t in build-gpu/tests/test_nsa_fwd build-gpu/tests/test_nsa_bwd build-gpu/tests/test_golden build-gpu/tests/test_api; do
     [ -x "$t" ] || continue
     echo "== $t (NVIDIA OpenCL)"
-    (cd build-gpu && CLNSA_GOLDEN_DIR=$PWD/tests/golden "../$t" 2>&1 | tail -4) | tee -a "$OUT/tests.txt"
+    (cd build-gpu && CLNSA_GOLDEN_DIR=$golden "../$t" 2>&1 | tail -4) | tee -a "$OUT/tests.txt"
 done
 echo "== bench (portable path, NVIDIA OpenCL)"
-build-gpu/bench/bench_nsa --T "$Ts" --repeat 3 --json "$OUT/bench_nvidia.json" 2>&1 | tee "$OUT/bench.txt"
+build-gpu/bench/bench_nsa --T "$Ts" --repeat "$repeat" --json "$OUT/bench_nvidia.json" 2>&1 | tee "$OUT/bench.txt"

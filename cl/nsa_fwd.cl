@@ -68,17 +68,7 @@ inline void finish_branch_pre(ATTN_SMEM_PARAMS, const float acc[ACC_N], __local 
 #endif
 
 __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void nsa_fwd(
-    __global const store_t *q, idx_t q_off, idx4_t q_st,
-    __global const store_t *k, idx_t k_off, idx4_t k_st,
-    __global const store_t *v, idx_t v_off, idx4_t v_st,
-    __global const store_t *kc, idx_t kc_off, idx4_t kc_st,
-    __global const store_t *vc, idx_t vc_off, idx4_t vc_st, int nc_rows,
-    __global const store_t *g_cmp, idx_t gc_off, idx4_t gc_st,
-    __global const store_t *g_slc, idx_t gs_off, idx4_t gs_st,
-    __global const store_t *g_swa, idx_t gw_off, idx4_t gw_st,
-    __global const int *cu, idx_t cu0, int nseq, __global const int *cmp_off, idx_t cmp_off0,
-    __global const int *bidx, idx_t bi_off, idx4_t bi_st,
-    __global const int *bcnt, idx_t bc_off, idx4_t bc_st,
+    NSA_QUERY_ARGS,
     __global O_T *o, idx_t o_off, idx4_t o_st,
     __global float *lse_cmp, idx_t lc_off, idx4_t lc_st,
     __global float *lse_slc, idx_t ls_off, idx4_t ls_st,

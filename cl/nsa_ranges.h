@@ -6,6 +6,20 @@
  * Defines: BS, S, CMP_L, CMP_D, WINDOW, VARLEN, HAS_COUNTS.
  */
 
+/* The leading arguments of every per-query kernel (nsa_fwd, nsa_bwd_dq), in
+ * the order nsa_plan_query_kernel() sets them: q, k, v, the compressed K/V
+ * and their row count, the gates, the sequences, the selection. */
+#define NSA_QUERY_ARGS                                                                    \
+    __global const store_t *q, idx_t q_off, idx4_t q_st, __global const store_t *k,       \
+        idx_t k_off, idx4_t k_st, __global const store_t *v, idx_t v_off, idx4_t v_st,    \
+        __global const store_t *kc, idx_t kc_off, idx4_t kc_st, __global const store_t *vc, \
+        idx_t vc_off, idx4_t vc_st, int nc_rows, __global const store_t *g_cmp,           \
+        idx_t gc_off, idx4_t gc_st, __global const store_t *g_slc, idx_t gs_off,          \
+        idx4_t gs_st, __global const store_t *g_swa, idx_t gw_off, idx4_t gw_st,          \
+        __global const int *cu, idx_t cu0, int nseq, __global const int *cmp_off,         \
+        idx_t cmp_off0, __global const int *bidx, idx_t bi_off, idx4_t bi_st,             \
+        __global const int *bcnt, idx_t bc_off, idx4_t bc_st
+
 /* Compressed: the first cmp_visible() rows of the sequence's compressed
  * tensor (row0 .. row0 + n - 1), clipped to the rows that exist. */
 inline int cmp_visible(int tl, bool live, int nc_rows, int row0)

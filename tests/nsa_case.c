@@ -251,3 +251,45 @@ void nsa_run_free(nsa_run *r)
                    &r->wk, &r->wv, &r->bk, &r->bv, &r->pk, &r->pv};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; ++i) dfree(all[i]);
 }
+
+/* The shapes both the forward and the backward tests run: G in {1, 2, 3, 4,
+ * 16, 20}, DK != DV, T not a multiple of any block, varlen with sequences
+ * shorter than a block (and an empty one), overlapping compression with a
+ * larger selection block, block_count above the number of blocks, counts as a
+ * tensor, given indices and compressed tensors, linear compression, the
+ * paper's setting, f16 and bf16. */
+#define F32 CLNSA_DTYPE_F32
+static const int cu3[] = {0, 5, 5, 43, 70};
+
+/* name, B, T, HQ, H, DK, DV, cu, N, bs, S, l, d, w, init, local, cmp, slc, swa, given_idx, counts,
+ * given_cmp, linear, pe, dtype */
+const nsa_case nsa_cases[] = {
+    {"all branches G=1", 2, 37, 2, 2, 16, 16, NULL, 0, 8, 3, 8, 8, 5, 1, 2, true, true, true, false, false, false, false, false, F32},
+    {"G=3 DK!=DV", 1, 45, 6, 2, 24, 16, NULL, 0, 8, 4, 8, 8, 9, 1, 2, true, true, true, false, false, false, false, false, F32},
+    {"G=2 overlap 8/4 sel 16", 1, 53, 4, 2, 16, 8, NULL, 0, 16, 3, 8, 4, 0, 1, 2, true, true, false, false, false, false, false, false, F32},
+    {"G=4 block_count > blocks", 1, 21, 8, 2, 8, 16, NULL, 0, 8, 6, 8, 8, 0, 1, 2, true, true, false, false, false, false, false, false, F32},
+    {"G=16 one kv head", 1, 29, 16, 1, 16, 24, NULL, 0, 8, 3, 8, 8, 4, 1, 1, true, true, true, false, false, false, false, false, F32},
+    {"G=20 > head tile", 1, 19, 20, 1, 8, 8, NULL, 0, 4, 3, 4, 4, 3, 1, 2, true, true, true, false, false, false, false, false, F32},
+    {"varlen short seqs", 1, 70, 6, 2, 16, 16, cu3, 4, 8, 3, 8, 8, 6, 1, 2, true, true, true, false, false, false, false, false, F32},
+    {"varlen overlap topk", 1, 70, 4, 1, 8, 16, cu3, 4, 16, 3, 8, 4, 0, 1, 2, true, true, false, false, false, false, false, false, F32},
+    {"given indices and counts", 2, 33, 6, 3, 16, 8, NULL, 0, 8, 4, 8, 8, 0, 1, 2, false, true, false, true, true, false, false, false, F32},
+    {"topk with counts tensor", 1, 41, 4, 2, 8, 8, NULL, 0, 8, 4, 8, 8, 0, 1, 2, true, true, false, false, true, false, false, false, F32},
+    {"given k_cmp v_cmp", 2, 30, 4, 2, 16, 16, NULL, 0, 8, 3, 8, 8, 0, 1, 2, true, true, false, false, false, true, false, false, F32},
+    {"varlen given cmp", 1, 70, 2, 1, 8, 8, cu3, 4, 8, 3, 8, 8, 0, 1, 2, true, true, false, false, false, true, false, false, F32},
+    {"paper setting 32/16/64, 16 blocks, window 512", 1, 700, 2, 1, 16, 16, NULL, 0, 64, 16, 32, 16, 512, 1, 2, true, true, true, false, false, false, false, false, F32},
+    {"window only", 1, 40, 3, 1, 16, 16, NULL, 0, 8, 3, 8, 8, 7, 1, 2, false, false, true, false, false, false, false, false, F32},
+    {"f16 all", 1, 37, 4, 2, 16, 16, NULL, 0, 8, 3, 8, 8, 5, 1, 2, true, true, true, false, false, false, false, false, CLNSA_DTYPE_F16},
+    {"bf16 all", 1, 37, 4, 2, 16, 16, NULL, 0, 8, 3, 8, 8, 5, 1, 2, true, true, true, false, false, false, false, false, CLNSA_DTYPE_BF16},
+    {"bf16 varlen", 1, 70, 6, 2, 16, 8, cu3, 4, 8, 3, 8, 8, 6, 1, 2, true, true, true, false, false, false, false, false, CLNSA_DTYPE_BF16},
+    {"linear compression", 1, 35, 4, 2, 8, 16, NULL, 0, 8, 3, 4, 4, 0, 1, 2, true, true, false, false, false, false, true, true, F32},
+    {"linear compression varlen, overlap 8/4, no pe", 1, 70, 4, 2, 8, 16, cu3, 4, 8, 3, 8, 4, 0, 1, 2, true, true, false, false, false, false, true, false, F32},
+    {"linear compression varlen, bf16, no pe", 1, 70, 4, 2, 8, 16, cu3, 4, 8, 3, 4, 4, 0, 1, 2, true, true, false, false, false, false, true, false, CLNSA_DTYPE_BF16},
+};
+const size_t nsa_case_count = sizeof nsa_cases / sizeof nsa_cases[0];
+
+const nsa_case *nsa_case_named(const char *name)
+{
+    for (size_t i = 0; i < nsa_case_count; ++i)
+        if (strcmp(nsa_cases[i].name, name) == 0) return &nsa_cases[i];
+    return NULL;
+}

@@ -56,4 +56,9 @@ ref_nsa_inputs nsa_run_ref_inputs(const nsa_run *r);
 void nsa_run_free(nsa_run *r);
 double nsa_tol(clnsa_dtype dt);
 
+/* The shared case list (see nsa_case.c), and one of it by name or NULL. */
+extern const nsa_case nsa_cases[];
+extern const size_t nsa_case_count;
+const nsa_case *nsa_case_named(const char *name);
+
 #endif

@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include <cmocka.h>
+#include <math.h>
 
 static test_env env;
 
@@ -138,14 +139,24 @@ static void bwd_reference(bwd_run *b, const nsa_run *r)
 
 static double grad_tol(clnsa_dtype dt) { return dt == CLNSA_DTYPE_F32 ? 5e-5 : 2e-2; }
 
+/* Relative L2 against the reference; a gradient that is zero in exact
+ * arithmetic (the bias of the compressed keys, under the softmax's shift
+ * invariance) is checked by its largest absolute value instead. */
 static void bwd_compare(const bwd_run *b, const nsa_case *c)
 {
     for (int i = 0; i < G_COUNT; ++i) {
         const grad_buf *g = &b->g[i];
         if (!g->m) continue;
-        double e = rel_l2_floor(g->dev, g->ref, g->n, 1e-2);
-        if (!(e < grad_tol(c->dt))) print_error("%s: %s rel L2 %.3g\n", c->name, g->name, e);
-        assert_true(e < grad_tol(c->dt));
+        double ref2 = 0, amax = 0;
+        for (size_t j = 0; j < g->n; ++j) {
+            ref2 += g->ref[j] * g->ref[j];
+            amax = fmax(amax, fabs(g->dev[j]));
+        }
+        const bool zero = ref2 < 1e-20 * (double)g->n;
+        double e = zero ? (isfinite(amax) ? amax : INFINITY) : rel_l2(g->dev, g->ref, g->n);
+        const double tol = zero ? 1e-4 : grad_tol(c->dt);
+        if (!(e < tol)) print_error("%s: %s %s %.3g\n", c->name, g->name, zero ? "max |x| (exact 0)" : "rel L2", e);
+        assert_true(e < tol);
     }
 }
 
@@ -160,8 +171,16 @@ static void bwd_free(bwd_run *b)
     dfree(&b->dO);
 }
 
+/* CLNSA_TEST_CASE=name runs only the case of that name (in every test). */
+static bool selected(const char *name)
+{
+    const char *only = getenv("CLNSA_TEST_CASE");
+    return !only || !*only || strcmp(only, name) == 0;
+}
+
 static void run_case(const nsa_case *c, uint64_t seed)
 {
+    if (!selected(c->name)) return;
     nsa_run r;
     nsa_run_setup(&env, &r, c, seed);
     nsa_run_forward(&env, &r);
@@ -174,54 +193,22 @@ static void run_case(const nsa_case *c, uint64_t seed)
     nsa_run_free(&r);
 }
 
-#define F32 CLNSA_DTYPE_F32
-static const int cu3[] = {0, 5, 5, 43, 70};
-
-/* name, B, T, HQ, H, DK, DV, cu, N, bs, S, l, d, w, init, local, cmp, slc, swa, given_idx, counts,
- * given_cmp, linear, pe, dtype */
-static const nsa_case cases[] = {
-    {"all branches G=1", 2, 37, 2, 2, 16, 16, NULL, 0, 8, 3, 8, 8, 5, 1, 2, true, true, true, false, false, false, false, false, F32},
-    {"G=3 DK!=DV", 1, 45, 6, 2, 24, 16, NULL, 0, 8, 4, 8, 8, 9, 1, 2, true, true, true, false, false, false, false, false, F32},
-    {"G=2 overlap 8/4 sel 16", 1, 53, 4, 2, 16, 8, NULL, 0, 16, 3, 8, 4, 0, 1, 2, true, true, false, false, false, false, false, false, F32},
-    {"G=16 one kv head", 1, 29, 16, 1, 16, 24, NULL, 0, 8, 3, 8, 8, 4, 1, 1, true, true, true, false, false, false, false, false, F32},
-    {"G=20 > head tile", 1, 19, 20, 1, 8, 8, NULL, 0, 4, 3, 4, 4, 3, 1, 2, true, true, true, false, false, false, false, false, F32},
-    {"varlen short seqs", 1, 70, 6, 2, 16, 16, cu3, 4, 8, 3, 8, 8, 6, 1, 2, true, true, true, false, false, false, false, false, F32},
-    {"given indices and counts", 2, 33, 6, 3, 16, 8, NULL, 0, 8, 4, 8, 8, 0, 1, 2, false, true, false, true, true, false, false, false, F32},
-    {"given k_cmp v_cmp", 2, 30, 4, 2, 16, 16, NULL, 0, 8, 3, 8, 8, 0, 1, 2, true, true, false, false, false, true, false, false, F32},
-    {"varlen given cmp, topk only", 1, 70, 2, 1, 8, 8, cu3, 4, 8, 3, 8, 8, 5, 1, 2, false, true, true, false, false, true, false, false, F32},
-    {"paper setting 32/16/64, 16 blocks, window 512", 1, 700, 2, 1, 16, 16, NULL, 0, 64, 16, 32, 16, 512, 1, 2, true, true, true, false, false, false, false, false, F32},
-    {"window only", 1, 40, 3, 1, 16, 16, NULL, 0, 8, 3, 8, 8, 7, 1, 2, false, false, true, false, false, false, false, false, F32},
-    {"bf16 all", 1, 37, 4, 2, 16, 16, NULL, 0, 8, 3, 8, 8, 5, 1, 2, true, true, true, false, false, false, false, false, CLNSA_DTYPE_BF16},
-    {"f16 varlen", 1, 70, 6, 2, 16, 8, cu3, 4, 8, 3, 8, 8, 6, 1, 2, true, true, true, false, false, false, false, false, CLNSA_DTYPE_F16},
-};
-
+/* Every case of the shared list; CLNSA_TEST_CASE=name runs one (debugging). */
 static void test_cases(void **state)
 {
     (void)state;
     const char *only = getenv("CLNSA_TEST_CASE");
-    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; ++i)
-        if (!only || strcmp(only, cases[i].name) == 0) run_case(&cases[i], 4321 + i);
-}
-
-static void test_linear(void **state)
-{
-    (void)state;
-    nsa_case c = {"linear compression", 1, 35, 4, 2, 8, 16, NULL, 0, 8, 3, 4, 4, 0, 1, 2, true, true, false, false, false, false, true, true, F32};
-    run_case(&c, 91);
-    c.name = "linear compression varlen, overlap, no pe";
-    c.cu = cu3;
-    c.N = 4;
-    c.T = 70;
-    c.cmp_l = 8;
-    c.pe = false;
-    run_case(&c, 92);
+    for (size_t i = 0; i < nsa_case_count; ++i)
+        if (!only || strcmp(only, nsa_cases[i].name) == 0) run_case(&nsa_cases[i], 4321 + i);
 }
 
 /* Same inputs: bitwise equal gradients twice, and with another work-group size. */
 static void test_determinism(void **state)
 {
     (void)state;
-    const nsa_case *c = &cases[5]; /* varlen, all branches */
+    const nsa_case *c = nsa_case_named("varlen short seqs");
+    assert_non_null(c);
+    if (!selected(c->name)) skip();
     nsa_run r;
     nsa_run_setup(&env, &r, c, 7);
     nsa_run_forward(&env, &r);
@@ -262,7 +249,6 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_cases),
-        cmocka_unit_test(test_linear),
         cmocka_unit_test(test_determinism),
     };
     return cmocka_run_group_tests(tests, setup, teardown);

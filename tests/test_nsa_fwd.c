@@ -26,8 +26,16 @@ static void same_sets(const int *a, const int *b, size_t rows, int S)
     assert_int_equal(bad, 0);
 }
 
+/* CLNSA_TEST_CASE=name runs only the case of that name (in every test). */
+static bool selected(const char *name)
+{
+    const char *only = getenv("CLNSA_TEST_CASE");
+    return !only || !*only || strcmp(only, name) == 0;
+}
+
 static void run_case(const nsa_case *c, uint64_t seed)
 {
+    if (!selected(c->name)) return;
     nsa_run r;
     nsa_run_setup(&env, &r, c, seed);
     nsa_run_forward(&env, &r);
@@ -59,51 +67,13 @@ static void run_case(const nsa_case *c, uint64_t seed)
     nsa_run_free(&r);
 }
 
-#define F32 CLNSA_DTYPE_F32
-static const int cu3[] = {0, 5, 5, 43, 70};
-
-/* name, B, T, HQ, H, DK, DV, cu, N, bs, S, l, d, w, init, local, cmp, slc, swa, given_idx, counts,
- * given_cmp, linear, pe, dtype */
-static const nsa_case cases[] = {
-    {"all branches G=1", 2, 37, 2, 2, 16, 16, NULL, 0, 8, 3, 8, 8, 5, 1, 2, true, true, true, false, false, false, false, false, F32},
-    {"G=3 DK!=DV", 1, 45, 6, 2, 24, 16, NULL, 0, 8, 4, 8, 8, 9, 1, 2, true, true, true, false, false, false, false, false, F32},
-    {"G=2 overlap 8/4 sel 16", 1, 53, 4, 2, 16, 8, NULL, 0, 16, 3, 8, 4, 0, 1, 2, true, true, false, false, false, false, false, false, F32},
-    {"G=4 block_count > blocks", 1, 21, 8, 2, 8, 16, NULL, 0, 8, 6, 8, 8, 0, 1, 2, true, true, false, false, false, false, false, false, F32},
-    {"G=16 one kv head", 1, 29, 16, 1, 16, 24, NULL, 0, 8, 3, 8, 8, 4, 1, 1, true, true, true, false, false, false, false, false, F32},
-    {"G=20 > head tile", 1, 19, 20, 1, 8, 8, NULL, 0, 4, 3, 4, 4, 3, 1, 2, true, true, true, false, false, false, false, false, F32},
-    {"varlen short seqs", 1, 70, 6, 2, 16, 16, cu3, 4, 8, 3, 8, 8, 6, 1, 2, true, true, true, false, false, false, false, false, F32},
-    {"varlen overlap topk", 1, 70, 4, 1, 8, 16, cu3, 4, 16, 3, 8, 4, 0, 1, 2, true, true, false, false, false, false, false, false, F32},
-    {"given indices and counts", 2, 33, 6, 3, 16, 8, NULL, 0, 8, 4, 8, 8, 0, 1, 2, false, true, false, true, true, false, false, false, F32},
-    {"topk with counts tensor", 1, 41, 4, 2, 8, 8, NULL, 0, 8, 4, 8, 8, 0, 1, 2, true, true, false, false, true, false, false, false, F32},
-    {"given k_cmp v_cmp", 2, 30, 4, 2, 16, 16, NULL, 0, 8, 3, 8, 8, 0, 1, 2, true, true, false, false, false, true, false, false, F32},
-    {"varlen given cmp", 1, 70, 2, 1, 8, 8, cu3, 4, 8, 3, 8, 8, 0, 1, 2, true, true, false, false, false, true, false, false, F32},
-    {"paper setting 32/16/64, 16 blocks, window 512", 1, 700, 2, 1, 16, 16, NULL, 0, 64, 16, 32, 16, 512, 1, 2, true, true, true, false, false, false, false, false, F32},
-    {"window only", 1, 40, 3, 1, 16, 16, NULL, 0, 8, 3, 8, 8, 7, 1, 2, false, false, true, false, false, false, false, false, F32},
-    {"f16 all", 1, 37, 4, 2, 16, 16, NULL, 0, 8, 3, 8, 8, 5, 1, 2, true, true, true, false, false, false, false, false, CLNSA_DTYPE_F16},
-    {"bf16 all", 1, 37, 4, 2, 16, 16, NULL, 0, 8, 3, 8, 8, 5, 1, 2, true, true, true, false, false, false, false, false, CLNSA_DTYPE_BF16},
-    {"bf16 varlen", 1, 70, 6, 2, 16, 8, cu3, 4, 8, 3, 8, 8, 6, 1, 2, true, true, true, false, false, false, false, false, CLNSA_DTYPE_BF16},
-};
-
+/* Every case of the shared list; CLNSA_TEST_CASE=name runs one (debugging). */
 static void test_cases(void **state)
 {
     (void)state;
-    const char *only = getenv("CLNSA_TEST_CASE"); /* run one case by name while debugging */
-    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; ++i)
-        if (!only || strcmp(only, cases[i].name) == 0) run_case(&cases[i], 1234 + i);
-}
-
-static void test_linear(void **state)
-{
-    (void)state;
-    nsa_case c = {"linear compression", 1, 35, 4, 2, 8, 16, NULL, 0, 8, 3, 4, 4, 0, 1, 2, true, true, false, false, false, false, true, true, F32};
-    run_case(&c, 77);
-    c.name = "linear compression varlen, bf16, no pe";
-    c.cu = cu3;
-    c.N = 4;
-    c.T = 70;
-    c.pe = false;
-    c.dt = CLNSA_DTYPE_BF16;
-    run_case(&c, 78);
+    const char *only = getenv("CLNSA_TEST_CASE");
+    for (size_t i = 0; i < nsa_case_count; ++i)
+        if (!only || strcmp(only, nsa_cases[i].name) == 0) run_case(&nsa_cases[i], 1234 + i);
 }
 
 static int setup(void **state)
@@ -124,7 +94,6 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_cases),
-        cmocka_unit_test(test_linear),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

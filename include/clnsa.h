@@ -118,6 +118,14 @@ typedef struct clnsa_context_options {
     /* Folder to read kernel sources from instead of the embedded copies
      * (NULL = the CLNSA_KERNEL_DIR environment variable, else embedded). */
     const char *kernel_dir;
+    /* A tuning file (JSON, as `clnsa tune` writes) whose entries come before
+     * the built-in database (NULL = the CLNSA_TUNING_FILE environment
+     * variable, else none). A file that cannot be read fails the creation. */
+    const char *tuning_file;
+    /* Folder of the on-disk cache of compiled kernels (NULL = the
+     * CLNSA_CACHE_DIR environment variable, else $XDG_CACHE_HOME/clnsa, else
+     * ~/.cache/clnsa). CLNSA_CACHE=0 turns the cache off. */
+    const char *cache_dir;
 } clnsa_context_options;
 
 /* Creates a context for one device of the caller's cl_context. The library
@@ -371,8 +379,10 @@ CLNSA_API clnsa_status clnsa_nsa_backward(clnsa_context *ctx, cl_command_queue q
  *   block-sparse rows of its kernel tiles (CSR: per query tile the key tiles
  *   to visit, split into full tiles, which need no element mask, and partial
  *   tiles, which do) from the block mask, causal, window, positions and
- *   segments, so work is proportional to the visible tiles; without a block
- *   mask, causal / window / segments alone decide which tiles are skipped.
+ *   segments, so the attention work is proportional to the visible tiles
+ *   (building the rows classifies every tile pair with a few integer tests);
+ *   without a block mask, causal / window / segments alone decide which
+ *   tiles are skipped.
  *   The backward builds its own rows and the transposed form (per key tile,
  *   the query tiles) at its own tile sizes, which may differ from the
  *   forward's: a layout is never reused at another granularity.
@@ -431,9 +441,9 @@ CLNSA_API clnsa_status clnsa_blocksparse_forward(clnsa_context *ctx, cl_command_
                                                  const cl_event *wait_list, cl_event *event);
 
 typedef struct clnsa_blocksparse_grad_inputs {
-    clnsa_tensor o;   /* required: the forward's o [B, Tq, HQ, DV] */
-    clnsa_tensor lse; /* required: the forward's lse, f32 [B, Tq, HQ] */
-    clnsa_tensor do_; /* required: dL/do [B, Tq, HQ, DV] */
+    clnsa_tensor o;    /* required: the forward's o [B, Tq, HQ, DV] */
+    clnsa_tensor lse;  /* required: the forward's lse, f32 [B, Tq, HQ] */
+    clnsa_tensor dout; /* required: dL/do [B, Tq, HQ, DV] */
 } clnsa_blocksparse_grad_inputs;
 
 typedef struct clnsa_blocksparse_grads {

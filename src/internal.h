@@ -5,6 +5,7 @@
 #include "clnsa.h"
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 
 /* ---------------------------------------------------------------- errors */
@@ -22,9 +23,20 @@ const char *cl_error_name(cl_int err);
 
 typedef struct program_entry {
     char *key; /* file list + build options */
-    cl_program program;
+    cl_program program; /* NULL while a thread builds it */
     struct program_entry *next;
 } program_entry;
+
+/* What program_get did (tests and the start-up benchmark read them). */
+typedef struct {
+    atomic_uint builds;     /* programs built from source */
+    atomic_uint disk_hits;  /* programs built from a cached binary */
+    atomic_uint disk_misses;/* no usable cache file (absent, corrupt, mismatching, or refused by the driver) */
+    atomic_uint disk_bad;   /* of the misses: a file that was there but not taken */
+    atomic_uint disk_writes;/* cache files written */
+} program_stats;
+
+struct tune_file;
 
 struct clnsa_context {
     cl_context cl;
@@ -33,7 +45,11 @@ struct clnsa_context {
     char *kernel_dir;    /* NULL: embedded sources */
     char *extra_options; /* NULL: none */
     pthread_mutex_t lock; /* guards `programs` and kernel argument setting */
+    pthread_cond_t built; /* signalled when a program build ends */
     program_entry *programs;
+    char *cache_dir;          /* on-disk program cache; NULL: off */
+    struct tune_file *tuning; /* the user's tuning file; NULL: none */
+    program_stats stats;
 };
 
 /* ---------------------------------------------------------------- tensors */
@@ -75,6 +91,15 @@ void ka_tensor(kargs *a, const clnsa_tensor *t);
  * (NULL-terminated, common.h first) compiled with `defines`. */
 clnsa_status program_get(clnsa_context *ctx, const char *const *files, const char *defines,
                          cl_program *out);
+/* The on-disk program cache (src/program/cache.c). The folder for a new
+ * context: `option`, else $CLNSA_CACHE_DIR, else $XDG_CACHE_HOME/clnsa, else
+ * ~/.cache/clnsa; NULL when CLNSA_CACHE=0 or no folder is known. */
+char *program_cache_dir(const char *option);
+/* A program built from a cache file for exactly this source, options,
+ * device, driver, platform and clnsa version; NULL on a miss. */
+cl_program program_cache_load(clnsa_context *ctx, const char *src, const char *options);
+/* Writes prog's binary to the cache (best effort, atomic). */
+void program_cache_store(clnsa_context *ctx, const char *src, const char *options, cl_program prog);
 /* Creates a kernel object of a cached program (the caller releases it). */
 clnsa_status kernel_create(clnsa_context *ctx, cl_program prog, const char *name, cl_kernel *out);
 

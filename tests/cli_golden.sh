@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # cli_golden.sh: `clnsa nsa` against the golden cases of an independent
 # implementation (fla-org's naive reference), compared with the hidden
-# `clnsa compare` (no numpy needed).
+# `clnsa compare` (no numpy needed): the forward's outputs and, with the
+# cases' do.npy, the backward's gradients (relative L2 under 1e-4).
 #
 # usage: tests/cli_golden.sh CLNSA GOLDEN_DIR
 #   CLNSA       the built clnsa tool
@@ -117,32 +118,56 @@ for c in basic varlen; do
     w=$tmp/work/$c
     echo "== $c: block_size $bs, S $S, window $window${cu:+, cu_seqlens [$cu]}"
 
-    make_input "$w/in_cmp" "$case_dir" inputs/q.npy inputs/k.npy inputs/v.npy || exit 1
+    # compression: forward and backward (dk, dv through the mean pooling)
+    make_input "$w/in_cmp" "$case_dir" inputs/q.npy inputs/k.npy inputs/v.npy inputs/do.npy || exit 1
     if nsa "$c-cmp" --in "$w/in_cmp" --out "$w/cmp" --block-size "$bs" --only cmp; then
         check "$c compression o" "$w/cmp/o.npy" "$case_dir/compression/o.npy"
         check "$c compression lse" "$w/cmp/lse_cmp.npy" "$case_dir/compression/lse.npy"
+        for g in dq dk dv; do
+            check "$c compression $g" "$w/cmp/$g.npy" "$case_dir/compression/$g.npy"
+        done
     fi
 
     make_input "$w/in_kc" "$case_dir" inputs/q.npy inputs/k.npy inputs/v.npy \
         compression/k_cmp.npy compression/v_cmp.npy || exit 1
+    # given k_cmp/v_cmp: the same o and dq; their gradient goes to dk_cmp/dv_cmp
+    cp "$case_dir/inputs/do.npy" "$w/in_kc/" || exit 1
     if nsa "$c-given-cmp" --in "$w/in_kc" --out "$w/kc" --block-size "$bs" --only cmp; then
         check "$c given k_cmp/v_cmp o" "$w/kc/o.npy" "$case_dir/compression/o.npy"
+        check "$c given k_cmp/v_cmp dq" "$w/kc/dq.npy" "$case_dir/compression/dq.npy"
+        for g in dk_cmp dv_cmp; do
+            if [ ! -f "$w/kc/$g.npy" ]; then
+                echo "$c given k_cmp/v_cmp: $g.npy not written"
+                checks=$((checks + 1))
+                failures=$((failures + 1))
+            fi
+        done
     fi
 
-    if nsa "$c-topk" --in "$w/in_cmp" --out "$w/topk" --block-size "$bs" --block-count "$S" --only topk; then
+    make_input "$w/in_topk" "$case_dir" inputs/q.npy inputs/k.npy inputs/v.npy || exit 1
+    if nsa "$c-topk" --in "$w/in_topk" --out "$w/topk" --block-size "$bs" --block-count "$S" --only topk; then
         # near-ties may legitimately differ: allow 1% of the rows
         check "$c top-k (as sets)" "$w/topk/block_indices.npy" "$case_dir/topk/block_indices.npy" --sets --tol 0.01
     fi
 
-    make_input "$w/in_slc" "$case_dir" inputs/q.npy inputs/k.npy inputs/v.npy selection/block_indices.npy || exit 1
+    # selection with the given indices: forward and backward
+    make_input "$w/in_slc" "$case_dir" inputs/q.npy inputs/k.npy inputs/v.npy inputs/do.npy \
+        selection/block_indices.npy || exit 1
     if nsa "$c-slc" --in "$w/in_slc" --out "$w/slc" --block-size "$bs" --only slc; then
         check "$c selection o" "$w/slc/o.npy" "$case_dir/selection/o.npy"
+        for g in dq dk dv; do
+            check "$c selection $g" "$w/slc/$g.npy" "$case_dir/selection/$g.npy"
+        done
     fi
 
+    # full NSA with the reference's own top-k: forward and backward
     make_input "$w/in_nsa" "$case_dir" inputs/q.npy inputs/k.npy inputs/v.npy inputs/g_cmp.npy \
-        inputs/g_slc.npy inputs/g_swa.npy nsa/block_indices.npy || exit 1
+        inputs/g_slc.npy inputs/g_swa.npy inputs/do.npy nsa/block_indices.npy || exit 1
     if nsa "$c-nsa" --in "$w/in_nsa" --out "$w/nsa" --block-size "$bs" --window "$window"; then
         check "$c nsa o" "$w/nsa/o.npy" "$case_dir/nsa/o.npy"
+        for g in dq dk dv dg_cmp dg_slc dg_swa; do
+            check "$c nsa $g" "$w/nsa/$g.npy" "$case_dir/nsa/$g.npy"
+        done
     fi
 done
 

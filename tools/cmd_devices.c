@@ -2,6 +2,7 @@
  * clnsa_probe_device finds, and which one `run` picks by default. */
 #include "cli_common.h"
 #include "cmds.h"
+#include "tune_common.h"
 
 #include <string.h>
 
@@ -55,22 +56,44 @@ static void print_device(int p, int d, cl_device_id dev, bool is_default)
     printf("    %-20s %s%s\n", "subgroups", in.has_subgroups ? "yes" : "no", sg);
 }
 
-static void usage(FILE *f)
+static void usage(FILE *f, const cli_opt *opts, size_t n)
 {
-    fprintf(f, "usage: clnsa devices\n"
+    fprintf(f, "usage: clnsa devices [--params [--device P:D] [shape options]]\n"
                "Lists every OpenCL platform and device with the properties clnsa probes.\n"
                "The device marked * is the one `clnsa run` and `clnsa nsa` use without --device:\n"
-               "$CLNSA_DEVICE (P:D) if set, else the first GPU, else PoCL's CPU device, else the first device.\n");
+               "$CLNSA_DEVICE (P:D) if set, else the first GPU, else PoCL's CPU device, else the first device.\n"
+               "--params shows, per kernel family, the parameters chosen on a device for a shape class (the\n"
+               "anchor's by default, then each one a tuning entry names for the device) and where they come from:\n"
+               "the user file (CLNSA_TUNING_FILE), the database (vendor/architecture/device), or the safe default.\n\n");
+    cli_print_opts(f, opts, n);
 }
 
 int cmd_devices(int argc, char **argv)
 {
-    int rc = cli_parse("devices", argc, argv, 2, NULL, 0, NULL);
+    bool params = false;
+    const char *device = NULL;
+    int D = 128, DV = 0, G = 16, block = 64, S = 16, dtype = 2;
+    const cli_opt opts[] = {
+        {"--params", OPT_FLAG, &params, 0, 0, NULL, NULL, "show the chosen kernel parameters instead"},
+        {"--device", OPT_STRING, &device, 0, 0, NULL, "P:D", "with --params: this device (default: as clnsa run)"},
+        {"--D", OPT_INT, &D, 8, 256, NULL, "N", "with --params: head dim of q and k (default 128)"},
+        {"--DV", OPT_INT, &DV, 8, 256, NULL, "N", "with --params: head dim of v (default: --D)"},
+        {"--G", OPT_INT, &G, 1, 256, NULL, "N", "with --params: GQA group (default 16)"},
+        {"--block", OPT_INT, &block, 1, 4096, NULL, "N", "with --params: selection block (default 64)"},
+        {"--S", OPT_INT, &S, 1, 256, NULL, "N", "with --params: selected blocks (default 16)"},
+        {"--dtype", OPT_CHOICE, &dtype, 0, 0, "f32|f16|bf16", NULL, "with --params: storage dtype (default bf16)"},
+    };
+    const size_t nopts = sizeof opts / sizeof opts[0];
+    int rc = cli_parse("devices", argc, argv, 2, opts, nopts, NULL);
     if (rc < 0) {
-        usage(stdout);
+        usage(stdout, opts, nopts);
         return CLI_OK;
     }
     if (rc) return rc;
+    if (params) {
+        const tune_problem pb = {D, DV ? DV : D, G, block, cli_dtype_from_choice(dtype), S, block, block};
+        return tune_print_params(device, &pb) ? CLI_FAIL : CLI_OK;
+    }
 
     cl_platform_id plats[32];
     cl_uint np = 0;

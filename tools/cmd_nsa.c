@@ -1,6 +1,8 @@
-/* cmd_nsa.c: `clnsa nsa`, the NSA forward on .npy files: reads an input
- * folder (see nsa_io.h), runs the chosen branches on a device and writes
- * o.npy, lse_cmp.npy and block_indices.npy. */
+/* cmd_nsa.c: `clnsa nsa`, the NSA forward (and, when do.npy is given, the
+ * backward) on .npy files: reads an input folder (see nsa_io.h), runs the
+ * chosen branches on a device and writes o.npy, lse_cmp.npy and
+ * block_indices.npy, and the gradients dq.npy, dk.npy, dv.npy, dg_*.npy and
+ * dk_cmp.npy / dv_cmp.npy. */
 #include "cli_common.h"
 #include "cmds.h"
 #include "npy.h"
@@ -18,7 +20,9 @@ typedef struct {
     int dtype, only;
 } nsa_opts;
 
-enum { M_Q, M_K, M_V, M_G0, M_G1, M_G2, M_CU, M_KC, M_VC, M_BI, M_BC, M_O, M_LSE, M_BO, M_WS, M_N };
+/* M_LSE + GATE_*: lse of each branch; M_DG0 + GATE_*: the gate gradients. */
+enum { M_Q, M_K, M_V, M_G0, M_G1, M_G2, M_CU, M_KC, M_VC, M_BI, M_BC, M_O, M_LSE, M_LSE1, M_LSE2, M_BO, M_WS,
+       M_DO, M_WB, M_DQ, M_DK, M_DV, M_DG0, M_DG1, M_DG2, M_DKC, M_DVC, M_N };
 
 typedef struct {
     bool on[GATE_N];     /* branches that run */
@@ -36,6 +40,16 @@ static int save(const char *dir, const char *name, npy_dtype dt, int ndim, const
     return 0;
 }
 
+/* Downloads n floats of `dt` from m and saves them as a float32 file. */
+static int fetch_save(const cli_env *env, cl_mem m, size_t n, clnsa_dtype dt, const char *dir, const char *name, int ndim,
+                      const int64_t *shape, float *buf, char *wrote, size_t wrote_size)
+{
+    if (cli_download_f32(env, m, n, dt, buf) || save(dir, name, NPY_F32, ndim, shape, buf)) return -1;
+    size_t len = strlen(wrote);
+    snprintf(wrote + len, wrote_size - len, " %s", name);
+    return 0;
+}
+
 /* Which branches run and with which gates; -1 after printing why not. */
 static int make_plan(const nsa_opts *o, const nsa_files *f, plan *p)
 {
@@ -46,6 +60,11 @@ static int make_plan(const nsa_opts *o, const nsa_files *f, plan *p)
         p->on[b] = p->ones[b] = true;
         if (o->only == ONLY_SWA && o->window <= 0) {
             fprintf(stderr, "clnsa nsa: --only swa needs --window > 0\n");
+            return -1;
+        }
+        if (o->only == ONLY_TOPK && f->dout) {
+            fprintf(stderr, "%s: given, but --only topk has no backward (remove the file)\n",
+                    cli_path(f->dir, "do.npy", path, sizeof path));
             return -1;
         }
         if (o->only == ONLY_TOPK && f->bidx) {
@@ -74,7 +93,8 @@ static int run(const nsa_opts *o, const nsa_files *f, const plan *p, int S, cli_
     const size_t nq = (size_t)f->B * f->T * f->HQ, nk = (size_t)f->B * f->T * f->H, nbi = nk * (size_t)S;
     const size_t nc = (size_t)f->B * f->NC * f->H;
     cl_mem m[M_N] = {0};
-    float *host_o = NULL, *host_lse = NULL;
+    const bool bwd = f->dout != NULL;
+    float *host_o = NULL, *host_lse = NULL, *host_g = NULL;
     int32_t *host_bi = NULL;
     int rc = CLI_FAIL;
 
@@ -91,7 +111,9 @@ static int run(const nsa_opts *o, const nsa_files *f, const plan *p, int S, cli_
     if (p->on[GATE_SLC] && f->bidx && !(m[M_BI] = cli_upload_i32(env, f->bidx, nbi))) goto done;
     if (p->on[GATE_SLC] && f->bcnt && !(m[M_BC] = cli_upload_i32(env, f->bcnt, nk))) goto done;
     if (!(m[M_O] = cli_buffer(env, nq * f->DV * clnsa_dtype_size(dt), NULL))) goto done;
-    if (p->on[GATE_CMP] && !(m[M_LSE] = cli_buffer(env, nq * 4, NULL))) goto done;
+    /* lse of every branch that runs: the backward reads them. */
+    for (int i = 0; i < GATE_N; ++i)
+        if (p->on[i] && (i == GATE_CMP || bwd) && !(m[M_LSE + i] = cli_buffer(env, nq * 4, NULL))) goto done;
     if (p->topk && !(m[M_BO] = cli_buffer(env, nbi * 4, NULL))) goto done;
 
     clnsa_nsa_config cfg;
@@ -128,6 +150,8 @@ static int run(const nsa_opts *o, const nsa_files *f, const plan *p, int S, cli_
     if (m[M_BC]) in.block_counts = clnsa_tensor_contiguous(m[M_BC], CLNSA_DTYPE_I32, 3, sc);
     out.o = clnsa_tensor_contiguous(m[M_O], dt, 4, so);
     if (m[M_LSE]) out.lse_cmp = clnsa_tensor_contiguous(m[M_LSE], CLNSA_DTYPE_F32, 3, sg);
+    if (m[M_LSE1]) out.lse_slc = clnsa_tensor_contiguous(m[M_LSE1], CLNSA_DTYPE_F32, 3, sg);
+    if (m[M_LSE2]) out.lse_swa = clnsa_tensor_contiguous(m[M_LSE2], CLNSA_DTYPE_F32, 3, sg);
     if (m[M_BO]) out.block_indices = clnsa_tensor_contiguous(m[M_BO], CLNSA_DTYPE_I32, 4, sb);
 
     size_t ws_bytes = 0;
@@ -146,7 +170,7 @@ static int run(const nsa_opts *o, const nsa_files *f, const plan *p, int S, cli_
     if (st != CLNSA_SUCCESS) cli_report(env, "clnsa_nsa_forward", st);
     if (st != CLNSA_SUCCESS || ms < 0) goto done;
 
-    char wrote[128] = "";
+    char wrote[512] = "";
     if (o->only != ONLY_TOPK) {
         if (!(host_o = cli_malloc(nq * f->DV * sizeof *host_o)) || cli_download_f32(env, m[M_O], nq * f->DV, dt, host_o) ||
             save(o->out, "o.npy", NPY_F32, 4, so, host_o))
@@ -168,13 +192,71 @@ static int run(const nsa_opts *o, const nsa_files *f, const plan *p, int S, cli_
         if (save(o->out, "block_indices.npy", NPY_I32, 4, sb, bi)) goto done;
         strcat(wrote, p->topk ? " block_indices.npy (top-k)" : " block_indices.npy (given)");
     }
-    printf("clnsa nsa: B=%d T=%d HQ=%d H=%d DK=%d DV=%d %s%s, branches%s%s%s, device %d:%d (%.1f ms, one cold run); wrote%s to %s\n",
+
+    double bms = 0;
+    if (bwd) {
+        /* Gradients of the inputs, of the gates of the branches that ran
+         * (not with --only: its gate is a constant of ones), and of the given
+         * compressed tensors. */
+        const size_t ng[] = {nq * f->DK, nk * f->DK, nk * f->DV, nq, nq, nq, nc * f->DK, nc * f->DV};
+        for (int i = M_DQ; i <= M_DVC; ++i) {
+            const int j = i - M_DQ;
+            const bool want = i <= M_DV || (i <= M_DG2 ? p->on[i - M_DG0] && o->only < 0 : f->k_cmp != NULL);
+            if (want && !(m[i] = cli_buffer(env, ng[j] * clnsa_dtype_size(dt), NULL))) goto done;
+        }
+        if (!(m[M_DO] = cli_upload_f32(env, f->dout, nq * f->DV, dt))) goto done;
+        clnsa_tensor dout = clnsa_tensor_contiguous(m[M_DO], dt, 4, so);
+        clnsa_nsa_grads g;
+        memset(&g, 0, sizeof g);
+        g.dq = clnsa_tensor_contiguous(m[M_DQ], dt, 4, sq);
+        g.dk = clnsa_tensor_contiguous(m[M_DK], dt, 4, sk);
+        g.dv = clnsa_tensor_contiguous(m[M_DV], dt, 4, sv);
+        clnsa_tensor *dg[GATE_N] = {&g.dg_cmp, &g.dg_slc, &g.dg_swa};
+        for (int i = 0; i < GATE_N; ++i)
+            if (m[M_DG0 + i]) *dg[i] = clnsa_tensor_contiguous(m[M_DG0 + i], dt, 3, sg);
+        if (m[M_DKC]) {
+            g.dk_cmp = clnsa_tensor_contiguous(m[M_DKC], dt, 4, skc);
+            g.dv_cmp = clnsa_tensor_contiguous(m[M_DVC], dt, 4, svc);
+        }
+        size_t wb_bytes = 0;
+        st = clnsa_nsa_backward_workspace_size(env->ctx, env->queue, &cfg, &in, &out, &dout, &g, &wb_bytes);
+        if (st != CLNSA_SUCCESS) {
+            cli_report(env, "clnsa_nsa_backward_workspace_size", st);
+            goto done;
+        }
+        if (wb_bytes && !(m[M_WB] = cli_buffer(env, wb_bytes, NULL))) goto done;
+        if (cli_timer_begin(env, &timer)) goto done;
+        ev = NULL;
+        st = clnsa_nsa_backward(env->ctx, env->queue, &cfg, &in, &out, &dout, &g, m[M_WB], wb_bytes, 1, &timer.marker,
+                                &ev);
+        bms = cli_timer_end(&timer, ev);
+        if (ev) clReleaseEvent(ev);
+        if (st != CLNSA_SUCCESS) cli_report(env, "clnsa_nsa_backward", st);
+        if (st != CLNSA_SUCCESS || bms < 0) goto done;
+
+        static const char *const names[] = {"dq.npy", "dk.npy", "dv.npy", "dg_cmp.npy", "dg_slc.npy", "dg_swa.npy",
+                                            "dk_cmp.npy", "dv_cmp.npy"};
+        const int64_t *shapes[] = {sq, sk, sv, sg, sg, sg, skc, svc};
+        const int ranks[] = {4, 4, 4, 3, 3, 3, 4, 4};
+        if (!(host_g = cli_malloc((nq > nk ? nq : nk) * (size_t)(f->DK > f->DV ? f->DK : f->DV) * sizeof *host_g)))
+            goto done;
+        for (int i = M_DQ; i <= M_DVC; ++i) {
+            const int j = i - M_DQ;
+            if (m[i] && fetch_save(env, m[i], ng[j], dt, o->out, names[j], ranks[j], shapes[j], host_g, wrote,
+                                   sizeof wrote))
+                goto done;
+        }
+    }
+    char bwd_time[64] = "";
+    if (bwd) snprintf(bwd_time, sizeof bwd_time, ", backward %.1f ms", bms);
+    printf("clnsa nsa: B=%d T=%d HQ=%d H=%d DK=%d DV=%d %s%s, branches%s%s%s, device %d:%d (forward %.1f ms%s, one "
+           "cold run each); wrote%s to %s\n",
            f->B, f->T, f->HQ, f->H, f->DK, f->DV, clnsa_dtype_name(dt), f->cu ? " varlen" : "",
            p->on[GATE_CMP] ? " cmp" : "", p->on[GATE_SLC] ? " slc" : "", p->on[GATE_SWA] ? " swa" : "", env->plat_index,
-           env->dev_index, ms, wrote, o->out);
+           env->dev_index, ms, bwd_time, wrote, o->out);
     rc = CLI_OK;
 done:
-    free(host_o), free(host_lse), free(host_bi);
+    free(host_o), free(host_lse), free(host_bi), free(host_g);
     for (int i = 0; i < M_N; ++i)
         if (m[i]) clReleaseMemObject(m[i]);
     return rc;
@@ -191,7 +273,12 @@ static void usage(const cli_opt *opts, size_t n)
            "with some, exactly the branches that have one run. --only runs one branch with a gate of 1\n"
            "and ignores the gate files.\n"
            "Writes o.npy (float32), lse_cmp.npy (float32, when the cmp branch ran) and block_indices.npy\n"
-           "(int32, the selection used, when the slc branch ran) to the --out DIR (created if needed).\n\n");
+           "(int32, the selection used, when the slc branch ran) to the --out DIR (created if needed).\n"
+           "With do.npy [B,T,HQ,DV] (the output gradient) in DIR, the backward runs too and writes the\n"
+           "float32 gradients dq.npy, dk.npy, dv.npy, dg_cmp.npy, dg_slc.npy and dg_swa.npy (of the\n"
+           "branches that ran; no dg with --only, whose gate is a constant) and dk_cmp.npy/dv_cmp.npy\n"
+           "(when k_cmp.npy/v_cmp.npy were given; else their gradient flows into dk/dv through the mean\n"
+           "pooling). --only topk takes no do.npy.\n\n");
     cli_print_opts(stdout, opts, n);
 }
 

@@ -14,8 +14,10 @@ typedef struct {
 
 static const command commands[] = {
     {"devices", cmd_devices, "list OpenCL platforms and devices with their probed properties"},
-    {"run", cmd_run, "NSA forward on random inputs: time it and check it against the reference"},
-    {"nsa", cmd_nsa, "NSA forward on .npy files (--in DIR --out DIR)"},
+    {"run", cmd_run, "NSA forward and backward on random inputs: time them and check them against the reference"},
+    {"nsa", cmd_nsa, "NSA forward on .npy files, backward too with do.npy (--in DIR --out DIR)"},
+    {"blocksparse", cmd_blocksparse, "block-sparse attention on .npy files, backward too with do.npy (--in DIR --out DIR)"},
+    {"tune", cmd_tune, "search a kernel family's parameters for this device; --merge folds results into tuning/"},
     {"compare", cmd_compare, NULL},
 };
 

@@ -231,6 +231,8 @@ int nsa_files_load(const char *dir, nsa_files *o)
     for (int i = 0; i < GATE_N; ++i)
         if (opt_float(dir, gates[i], 3, wg, "[B, T, HQ]", &o->gate[i]) < 0) return -1;
     if (load_cu(dir, o) < 0 || load_indices(dir, o) < 0 || load_cmp(dir, o) < 0) return -1;
+    int64_t wo[4] = {o->B, o->T, o->HQ, o->DV};
+    if (opt_float(dir, "do.npy", 4, wo, "[B, T, HQ, DV]", &o->dout) < 0) return -1;
     return 0;
 }
 
@@ -270,6 +272,6 @@ void nsa_files_free(nsa_files *f)
 {
     free(f->q), free(f->k), free(f->v);
     for (int i = 0; i < GATE_N; ++i) free(f->gate[i]);
-    free(f->cu), free(f->k_cmp), free(f->v_cmp), free(f->bidx), free(f->bcnt);
+    free(f->cu), free(f->k_cmp), free(f->v_cmp), free(f->bidx), free(f->bcnt), free(f->dout);
     memset(f, 0, sizeof *f);
 }

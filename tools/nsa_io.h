@@ -20,6 +20,7 @@ typedef struct {
     int32_t *bidx;        /* block_indices [B, T, H, S]; NULL: absent */
     int S;
     int32_t *bcnt;        /* block_counts [B, T, H]; NULL: absent */
+    float *dout;          /* do [B, T, HQ, DV]: the output gradient; NULL: absent (no backward) */
 } nsa_files;
 
 /* Reads dir/{q,k,v}.npy and whichever optional files exist, and checks every

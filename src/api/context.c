@@ -1,5 +1,6 @@
 /* context.c: the opaque context around the caller's cl_context and device. */
 #include "internal.h"
+#include "tuning/tuning.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -53,10 +54,21 @@ clnsa_status clnsa_context_create(cl_context cl_ctx, cl_device_id device,
         free(ctx);
         return create_fail(msg, msg_size, CLNSA_ERROR_UNSUPPORTED_DEVICE, text);
     }
+    const char *tuning = options && options->tuning_file ? options->tuning_file : getenv("CLNSA_TUNING_FILE");
+    if (tuning && *tuning) {
+        char text[512];
+        st = tune_file_load(tuning, &ctx->tuning, text, sizeof text);
+        if (st != CLNSA_SUCCESS) {
+            free(ctx);
+            return create_fail(msg, msg_size, st, text);
+        }
+    }
     const char *dir = options && options->kernel_dir ? options->kernel_dir : getenv("CLNSA_KERNEL_DIR");
     ctx->kernel_dir = dup_or_null(dir);
     ctx->extra_options = dup_or_null(options ? options->extra_build_options : NULL);
+    ctx->cache_dir = program_cache_dir(options ? options->cache_dir : NULL);
     pthread_mutex_init(&ctx->lock, NULL);
+    pthread_cond_init(&ctx->built, NULL);
     clRetainContext(cl_ctx);
     clRetainDevice(device);
     ctx->cl = cl_ctx;
@@ -71,11 +83,14 @@ void clnsa_context_destroy(clnsa_context *ctx)
     if (!ctx) return;
     for (program_entry *e = ctx->programs, *next; e; e = next) {
         next = e->next;
-        clReleaseProgram(e->program);
+        if (e->program) clReleaseProgram(e->program);
         free(e->key);
         free(e);
     }
     pthread_mutex_destroy(&ctx->lock);
+    pthread_cond_destroy(&ctx->built);
+    tune_file_free(ctx->tuning);
+    free(ctx->cache_dir);
     clReleaseDevice(ctx->device);
     clReleaseContext(ctx->cl);
     free(ctx->kernel_dir);

@@ -2,6 +2,7 @@
  * created, arguments set) before the first one is enqueued, so that a failure
  * while preparing enqueues nothing. Steps run in order on one chain. */
 #include "internal.h"
+#include "tuning/tuning.h"
 
 #include <clblast_c.h>
 #include <stdlib.h>
@@ -84,11 +85,15 @@ static clnsa_status enqueue_gemm(clnsa_context *ctx, const plan_step *s, cmd_cha
 
 clnsa_status plan_enqueue(clnsa_context *ctx, const op_plan *p, cmd_chain *chain)
 {
+    tune_hook *h = tune_hook_get(ctx); /* the tuner times one kernel's events */
     for (int i = 0; i < p->nsteps; ++i) {
         const plan_step *s = &p->steps[i];
         clnsa_status st = s->kind == PLAN_GEMM ? enqueue_gemm(ctx, s, chain)
                                                : chain_kernel(ctx, chain, s->kernel, s->global, s->local);
         if (st != CLNSA_SUCCESS) return st;
+        if (h && h->capture && s->kind == PLAN_KERNEL && strcmp(s->name, h->capture) == 0 && h->nevents < 8 &&
+            clRetainEvent(chain->last) == CL_SUCCESS)
+            h->events[h->nevents++] = chain->last;
     }
     return CLNSA_SUCCESS;
 }
@@ -104,6 +109,12 @@ clnsa_status plan_run(clnsa_context *ctx, op_plan *p, clnsa_status prepared, cl_
                       const cl_event *wait, cl_event *event)
 {
     clnsa_status st = prepared;
+    const tune_hook *h = tune_hook_get(ctx);
+    if (h && h->build_only) { /* the tuner's background builds: everything but the enqueue */
+        if (event) *event = NULL;
+        plan_release(p);
+        return st;
+    }
     cmd_chain chain;
     chain_init(&chain, queue, nwait, wait);
     if (st == CLNSA_SUCCESS) st = plan_enqueue(ctx, p, &chain);

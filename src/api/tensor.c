@@ -185,13 +185,40 @@ static void chain_waits(const cmd_chain *c, cl_uint *n, const cl_event **w)
     *w = c->last ? &c->last : c->wait;
 }
 
+/* Test hook (fault injection): CLNSA_FAULT_INJECT=enqueue:N[:CODE] makes the
+ * Nth kernel enqueue counted from when the variable took its current value
+ * (process-wide, 1-based) fail with CODE instead of being enqueued (default
+ * CL_MEM_OBJECT_ALLOCATION_FAILURE, -4; e.g. -2 CL_DEVICE_NOT_AVAILABLE or
+ * -5 CL_OUT_OF_RESOURCES simulate a device lost or exhausted mid-op). Only
+ * read when set, so it costs one getenv per enqueue otherwise. */
+static cl_int injected_fault(void)
+{
+    const char *spec = getenv("CLNSA_FAULT_INJECT");
+    if (!spec || strncmp(spec, "enqueue:", 8) != 0) return CL_SUCCESS;
+    static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+    static char seen[64];
+    static long count;
+    pthread_mutex_lock(&lock);
+    if (strncmp(seen, spec, sizeof seen - 1) != 0) {
+        snprintf(seen, sizeof seen, "%s", spec);
+        count = 0;
+    }
+    const long n = ++count;
+    pthread_mutex_unlock(&lock);
+    char *end;
+    const long which = strtol(spec + 8, &end, 10);
+    const long code = *end == ':' ? strtol(end + 1, NULL, 10) : CL_MEM_OBJECT_ALLOCATION_FAILURE;
+    return n == which && code < 0 ? (cl_int)code : CL_SUCCESS;
+}
+
 clnsa_status chain_kernel(clnsa_context *ctx, cmd_chain *c, cl_kernel k, const size_t *global, const size_t *local)
 {
     cl_uint n;
     const cl_event *w;
     chain_waits(c, &n, &w);
     cl_event ev = NULL;
-    cl_int err = clEnqueueNDRangeKernel(c->queue, k, 3, NULL, global, local, n, w, &ev);
+    const cl_int fault = injected_fault();
+    cl_int err = fault != CL_SUCCESS ? fault : clEnqueueNDRangeKernel(c->queue, k, 3, NULL, global, local, n, w, &ev);
     if (err != CL_SUCCESS) return cx_fail_cl(ctx, err, "clEnqueueNDRangeKernel");
     chain_adopt(c, ev);
     return CLNSA_SUCCESS;

@@ -92,8 +92,6 @@ void bs_plan_release(bs_plan *plan);
 
 /* The int32 [.., N] kernel argument pair (buffer, element offset). */
 void ka_ws_int(kargs *a, cl_mem ws, size_t byte_off);
-/* A [b, t] int32 tensor (positions, segment ids) or an absent one. */
-void ka_bt(kargs *a, const clnsa_tensor *t);
 /* The mask: buffer, offset, normalized strides [b, hq, qb, kb]. */
 void ka_map(kargs *a, const bs_problem *pb, const clnsa_tensor *mask);
 

@@ -65,10 +65,9 @@ static clnsa_status check_mask(clnsa_context *ctx, const clnsa_tensor *m, bs_pro
     const int r = m->rank;
     if (r < 2 || r > 4)
         return cx_fail(ctx, CLNSA_ERROR_SHAPE_MISMATCH, "block_mask: expected rank 2, 3 or 4 ([B', HQ', NQB, NKB]), got %d", r);
-    int64_t shape[4] = {-1, -1, pb->NQB, pb->NKB};
-    for (int i = 0; i < r - 2; ++i) shape[i] = m->shape[i];
-    tensor_spec s = {"block_mask", CLNSA_DTYPE_I32, r, {0, 0, 0, 0}, false};
-    for (int i = 0; i < r; ++i) s.shape[i] = shape[4 - r + i];
+    tensor_spec s = {"block_mask", CLNSA_DTYPE_I32, r, {-1, -1, -1, -1}, false};
+    s.shape[r - 2] = pb->NQB;
+    s.shape[r - 1] = pb->NKB;
     CHECK(tensor_check(ctx, m, &s));
     int64_t eb = r == 4 ? m->shape[0] : 1, eh = r >= 3 ? m->shape[r - 3] : 1;
     if ((eb != 1 && eb != pb->B) || (eh != 1 && eh != pb->HQ))
@@ -289,8 +288,6 @@ void ka_ws_int(kargs *a, cl_mem ws, size_t byte_off)
     ka_mem(a, ws);
     ka_idx(a, (int64_t)(byte_off / sizeof(cl_int)));
 }
-
-void ka_bt(kargs *a, const clnsa_tensor *t) { ka_tensor(a, t); }
 
 void ka_map(kargs *a, const bs_problem *pb, const clnsa_tensor *mask)
 {

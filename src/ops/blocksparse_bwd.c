@@ -40,9 +40,9 @@ static clnsa_status setup(clnsa_context *ctx, const clnsa_blocksparse_config *cf
     tensor_spec specs[] = {
         {"gin.o", pb->dtype, 4, {B, Tq, HQ, pb->DV}, false},
         {"gin.lse", CLNSA_DTYPE_F32, 3, {B, Tq, HQ, 0}, false},
-        {"gin.do_", pb->dtype, 4, {B, Tq, HQ, pb->DV}, false},
+        {"gin.dout", pb->dtype, 4, {B, Tq, HQ, pb->DV}, false},
     };
-    const clnsa_tensor *req[] = {&gin->o, &gin->lse, &gin->do_};
+    const clnsa_tensor *req[] = {&gin->o, &gin->lse, &gin->dout};
     for (int i = 0; i < 3; ++i)
         if ((st = tensor_check(ctx, req[i], &specs[i])) != CLNSA_SUCCESS) return st;
     if ((st = check_opt(ctx, &gr->dq, (tensor_spec){"grads.dq", pb->dtype, 4, {B, Tq, HQ, pb->D}, true})) ||
@@ -55,7 +55,7 @@ static clnsa_status setup(clnsa_context *ctx, const clnsa_blocksparse_config *cf
     s->want_dq = tensor_present(&gr->dq);
     s->want_dkdv = tensor_present(&gr->dk) || tensor_present(&gr->dv);
     s->want_dsinks = tensor_present(&gr->dsinks);
-    const clnsa_tensor *all[] = {&gin->o, &gin->lse, &gin->do_, &gr->dq, &gr->dk, &gr->dv, &gr->dsinks};
+    const clnsa_tensor *all[] = {&gin->o, &gin->lse, &gin->dout, &gr->dq, &gr->dk, &gr->dv, &gr->dsinks};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; ++i)
         if (tensor_present(all[i]) && tensor_extent(all[i]) > 0x7fffffffull) pb->idx_long = true;
     if (tune_blocksparse_bwd(&ctx->info, pb->D, pb->DV, pb->cfg.softcap > 0.0f, &s->tp) != CLNSA_SUCCESS)
@@ -99,14 +99,14 @@ static void in_args(kargs *a, const bwd_setup *s, const clnsa_blocksparse_inputs
     ka_tensor(a, &in->q);
     ka_tensor(a, &in->k);
     ka_tensor(a, &in->v);
-    ka_tensor(a, &gin->do_);
+    ka_tensor(a, &gin->dout);
     ka_tensor(a, &gin->lse);
     ka_mem(a, ws);
     ka_idx(a, (int64_t)(s->delta / sizeof(float)));
-    ka_bt(a, pb->has_pos_q ? &in->q_positions : &none);
-    ka_bt(a, pb->has_pos_k ? &in->kv_positions : &none);
-    ka_bt(a, pb->has_seg ? &in->q_segment_ids : &none);
-    ka_bt(a, pb->has_seg ? &in->kv_segment_ids : &none);
+    ka_tensor(a, pb->has_pos_q ? &in->q_positions : &none);
+    ka_tensor(a, pb->has_pos_k ? &in->kv_positions : &none);
+    ka_tensor(a, pb->has_seg ? &in->q_segment_ids : &none);
+    ka_tensor(a, pb->has_seg ? &in->kv_segment_ids : &none);
     ka_map(a, pb, &in->block_mask);
     ka_int(a, c->q_block);
     ka_int(a, c->kv_block);
@@ -144,7 +144,7 @@ static clnsa_status prepare(clnsa_context *ctx, const bwd_setup *s, const clnsa_
 
     if ((st = bs_plan_kernel(ctx, plan, bwd_files, defines, "bs_bwd_delta", pb->idx_long, &a)) != CLNSA_SUCCESS) return st;
     ka_tensor(&a, &gin->o);
-    ka_tensor(&a, &gin->do_);
+    ka_tensor(&a, &gin->dout);
     ka_mem(&a, ws);
     ka_idx(&a, (int64_t)(s->delta / sizeof(float)));
     ka_int(&a, pb->Tq);

@@ -61,10 +61,10 @@ static clnsa_status prepare_attn(clnsa_context *ctx, const fwd_setup *s, const c
     ka_tensor(&a, &in->q);
     ka_tensor(&a, &in->k);
     ka_tensor(&a, &in->v);
-    ka_bt(&a, pb->has_pos_q ? &in->q_positions : &none);
-    ka_bt(&a, pb->has_pos_k ? &in->kv_positions : &none);
-    ka_bt(&a, pb->has_seg ? &in->q_segment_ids : &none);
-    ka_bt(&a, pb->has_seg ? &in->kv_segment_ids : &none);
+    ka_tensor(&a, pb->has_pos_q ? &in->q_positions : &none);
+    ka_tensor(&a, pb->has_pos_k ? &in->kv_positions : &none);
+    ka_tensor(&a, pb->has_seg ? &in->q_segment_ids : &none);
+    ka_tensor(&a, pb->has_seg ? &in->kv_segment_ids : &none);
     ka_tensor(&a, pb->has_sinks ? &in->sinks : &none);
     ka_map(&a, pb, &in->block_mask);
     ka_int(&a, c->q_block);

@@ -24,8 +24,8 @@ static clnsa_status stats_kernel(clnsa_context *ctx, const bs_problem *pb, const
     clnsa_status st = bs_plan_kernel(ctx, plan, bs_mask_files, defines, "bs_tile_stats", pb->idx_long, &a);
     if (st != CLNSA_SUCCESS) return st;
     const clnsa_tensor none = {0};
-    ka_bt(&a, pos ? pos : &none);
-    ka_bt(&a, seg ? seg : &none);
+    ka_tensor(&a, pos ? pos : &none);
+    ka_tensor(&a, seg ? seg : &none);
     ka_int(&a, T);
     ka_int(&a, tile);
     ka_int(&a, def_off);

@@ -27,6 +27,13 @@ typedef struct {
     size_t total;
 } nsa_workspace;
 
+/* The tuning key of a call (src/tuning): its shape class and top-k's sizes. */
+static inline tune_problem nsa_tune_problem(const nsa_problem *pb)
+{
+    tune_problem t = {pb->DK, pb->DV, pb->G, pb->cfg.block_size, pb->dtype, pb->S, pb->cfg.cmp_block, pb->cfg.cmp_stride};
+    return t;
+}
+
 /* saved: `out` is what the forward saved, read by the backward. */
 clnsa_status nsa_validate(clnsa_context *ctx, const clnsa_nsa_config *cfg, const clnsa_nsa_inputs *in,
                           const clnsa_nsa_outputs *out, bool saved, nsa_problem *pb);

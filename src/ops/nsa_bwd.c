@@ -281,7 +281,8 @@ static clnsa_status plan_dkdv(clnsa_context *ctx, op_plan *p, const nsa_problem 
 {
     const bwd_workspace *w = x->lay;
     dkdv_params dp;
-    if (tune_nsa_dkdv(&ctx->info, pb->DK, pb->DV, &dp) != CLNSA_SUCCESS)
+    const tune_problem tpb = nsa_tune_problem(pb);
+    if (tune_nsa_dkdv(ctx, &tpb, &dp) != CLNSA_SUCCESS)
         return cx_fail(ctx, CLNSA_ERROR_UNSUPPORTED_DEVICE, "device: the dk/dv pass needs more local memory than the %llu bytes it has",
                        (unsigned long long)ctx->info.local_mem_size);
     char d[2560];

@@ -39,7 +39,8 @@ static clnsa_status plan_topk(clnsa_context *ctx, op_plan *p, const nsa_problem 
 {
     topk_params tp;
     const clnsa_nsa_config *c = &pb->cfg;
-    if (tune_nsa_topk(&ctx->info, pb->G, pb->DK, pb->S, c->block_size, c->cmp_block, c->cmp_stride, &tp) != CLNSA_SUCCESS)
+    const tune_problem tpb = nsa_tune_problem(pb);
+    if (tune_nsa_topk(ctx, &tpb, &tp) != CLNSA_SUCCESS)
         return cx_fail(ctx, CLNSA_ERROR_UNSUPPORTED_DEVICE, "device: top-k needs more local memory than the %llu bytes it has",
                        (unsigned long long)ctx->info.local_mem_size);
     char defines[2048];
@@ -70,7 +71,8 @@ clnsa_status nsa_plan_query_kernel(clnsa_context *ctx, op_plan *p, const nsa_pro
                                    const nsa_workspace *lay, kargs *a)
 {
     attn_params ap;
-    if (tune_nsa_attn(&ctx->info, pb->G, pb->DK, pb->DV, kind, &ap) != CLNSA_SUCCESS)
+    const tune_problem tpb = nsa_tune_problem(pb);
+    if (tune_nsa_attn(ctx, &tpb, kind, &ap) != CLNSA_SUCCESS)
         return cx_fail(ctx, CLNSA_ERROR_UNSUPPORTED_DEVICE, "device: %s needs more local memory than the %llu bytes it has", name,
                        (unsigned long long)ctx->info.local_mem_size);
     const int ngt = (pb->G + ap.gt - 1) / ap.gt, acc_n = (int)((ap.gt * acc_dim + ap.wg - 1) / ap.wg);

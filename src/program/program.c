@@ -1,5 +1,6 @@
 /* program.c: kernel sources (embedded, or read from CLNSA_KERNEL_DIR), program
- * builds with the device's OpenCL C version, and the per-context cache. */
+ * builds with the device's OpenCL C version, and the per-context cache in
+ * memory (the cache on disk is cache.c). */
 #include "internal.h"
 
 #include <stdio.h>
@@ -89,6 +90,26 @@ static clnsa_status build(clnsa_context *ctx, const char *src, const char *optio
     return CLNSA_SUCCESS;
 }
 
+/* The program: a cached binary for exactly this text if the disk cache has
+ * one, else built from source (and written to the cache). */
+static clnsa_status build_text(clnsa_context *ctx, const char *const *files, const char *defines, const char *options,
+                               const char *what, cl_program *out)
+{
+    strbuf src = {0};
+    clnsa_status st = sb_str(&src, defines) && sb_str(&src, "\n") ? CLNSA_SUCCESS
+                                                                   : cx_fail(ctx, CLNSA_ERROR_OUT_OF_HOST_MEMORY, "out of host memory");
+    for (const char *const *f = files; *f && st == CLNSA_SUCCESS; ++f) st = append_source(ctx, &src, *f);
+    if (st == CLNSA_SUCCESS && !(*out = program_cache_load(ctx, src.data, options))) {
+        st = build(ctx, src.data, options, what, out);
+        if (st == CLNSA_SUCCESS) {
+            atomic_fetch_add(&ctx->stats.builds, 1);
+            program_cache_store(ctx, src.data, options, *out);
+        }
+    }
+    free(src.data);
+    return st;
+}
+
 clnsa_status program_get(clnsa_context *ctx, const char *const *files, const char *defines, cl_program *out)
 {
     char options[1024];
@@ -102,36 +123,49 @@ clnsa_status program_get(clnsa_context *ctx, const char *const *files, const cha
         return cx_fail(ctx, CLNSA_ERROR_OUT_OF_HOST_MEMORY, "out of host memory");
     }
 
+    /* Builds run outside the lock, so that one thread's build does not stall
+     * the others' calls; a thread asking for a program another one is
+     * building waits for it (one build per program). */
     pthread_mutex_lock(&ctx->lock);
-    for (program_entry *e = ctx->programs; e; e = e->next)
-        if (strcmp(e->key, key.data) == 0) {
-            *out = e->program;
-            pthread_mutex_unlock(&ctx->lock);
-            free(key.data);
-            return CLNSA_SUCCESS;
+    program_entry *e;
+    for (;;) {
+        for (e = ctx->programs; e && strcmp(e->key, key.data) != 0; e = e->next) {
         }
-    /* Build under the lock: two threads asking for one program build it once. */
-    strbuf src = {0};
-    clnsa_status st = sb_str(&src, defines) && sb_str(&src, "\n") ? CLNSA_SUCCESS
-                                                                   : cx_fail(ctx, CLNSA_ERROR_OUT_OF_HOST_MEMORY, "out of host memory");
-    for (const char *const *f = files; *f && st == CLNSA_SUCCESS; ++f) st = append_source(ctx, &src, *f);
-    cl_program prog = NULL;
-    if (st == CLNSA_SUCCESS) st = build(ctx, src.data, options, key.data, &prog);
-    free(src.data);
-    program_entry *e = NULL;
-    if (st == CLNSA_SUCCESS && !(e = malloc(sizeof *e))) {
-        clReleaseProgram(prog);
-        st = cx_fail(ctx, CLNSA_ERROR_OUT_OF_HOST_MEMORY, "out of host memory");
+        if (!e || e->program) break;
+        pthread_cond_wait(&ctx->built, &ctx->lock);
     }
-    if (st == CLNSA_SUCCESS) {
-        e->key = key.data;
-        e->program = prog;
-        e->next = ctx->programs;
-        ctx->programs = e;
-        *out = prog;
-    } else {
+    if (e) {
+        *out = e->program;
+        pthread_mutex_unlock(&ctx->lock);
         free(key.data);
+        return CLNSA_SUCCESS;
     }
+    if (!(e = malloc(sizeof *e))) {
+        pthread_mutex_unlock(&ctx->lock);
+        free(key.data);
+        return cx_fail(ctx, CLNSA_ERROR_OUT_OF_HOST_MEMORY, "out of host memory");
+    }
+    e->key = key.data;
+    e->program = NULL;
+    e->next = ctx->programs;
+    ctx->programs = e;
+    pthread_mutex_unlock(&ctx->lock);
+
+    cl_program prog = NULL;
+    clnsa_status st = build_text(ctx, files, defines, options, key.data, &prog);
+
+    pthread_mutex_lock(&ctx->lock);
+    if (st == CLNSA_SUCCESS) {
+        e->program = prog;
+        *out = prog;
+    } else { /* unlink it: a waiting thread then tries the build itself */
+        program_entry **pp = &ctx->programs;
+        while (*pp != e) pp = &(*pp)->next;
+        *pp = e->next;
+        free(e->key);
+        free(e);
+    }
+    pthread_cond_broadcast(&ctx->built);
     pthread_mutex_unlock(&ctx->lock);
     return st;
 }

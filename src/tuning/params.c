@@ -1,10 +1,58 @@
-/* params.c: tile and work-group choices per device. Every choice is checked
- * against the device's limits (local memory, work-group size), so a device
- * with less than the default gets smaller tiles instead of a failed launch.
- * CLNSA_TUNE_WG and CLNSA_TUNE_TK force a work-group size and key tile. */
+/* params.c: the kernel families' tunable parameters, the values the tuner
+ * tries, their constraints, and the safe default: the hand-written choice
+ * (128 work-items on a GPU, 64 elsewhere; 16 heads and 32 keys per tile)
+ * shrunk step by step until it fits the device's local memory, so it fits
+ * any OpenCL 1.2 device. CLNSA_TUNE_WG and CLNSA_TUNE_TK change where the
+ * safe default starts (its work-group size and key tile). database.c picks
+ * among the sources; tune_fits is the one check every candidate passes. */
 #include "tuning.h"
 
-static size_t default_wg(const clnsa_device_info *info)
+#include <stdio.h>
+#include <string.h>
+
+/* ------------------------------------------------------- local memory */
+
+/* Floats of local memory each per-query kernel declares (see the .cl):
+ * qs[GT*DK], ks[TK*(DK+1)], ps[GT*TK], m, l, alpha[GT], and the values
+ * (forward: vs[TK*DV], the prologue also red[GT*DV]; dq: dos[GT*DV] and
+ * vs[TK*(DV+1)]). */
+static size_t attn_bytes(attn_kind kind, const int *v, const tune_problem *pb)
+{
+    const size_t gt = (size_t)v[1], tk = (size_t)v[2], dk = (size_t)pb->dk, dv = (size_t)pb->dv;
+    size_t f = gt * dk + tk * (dk + 1) + gt * tk + 3u * gt;
+    if (kind == ATTN_DQ) f += gt * dv + tk * (dv + 1);
+    else f += tk * dv + (kind == ATTN_BWD_PRE ? gt * dv : 0);
+    return sizeof(float) * f;
+}
+
+static size_t fwd_bytes(const int *v, const tune_problem *pb) { return attn_bytes(ATTN_FWD, v, pb); }
+static size_t pre_bytes(const int *v, const tune_problem *pb) { return attn_bytes(ATTN_BWD_PRE, v, pb); }
+static size_t dq_bytes(const int *v, const tune_problem *pb) { return attn_bytes(ATTN_DQ, v, pb); }
+
+static int64_t topk_pc_max(int jb, const tune_problem *pb)
+{
+    return ((int64_t)jb * pb->block + pb->cmp_block - 2) / pb->cmp_stride + 2;
+}
+
+/* qs[GT*DK], ks[TK*(DK+1)], ps[GT*TK], lse[G], pc[PC_MAX], bsc[JB], tv/ti[S]. */
+static size_t topk_bytes(const int *v, const tune_problem *pb)
+{
+    const size_t gt = (size_t)v[1], tk = (size_t)v[2], jb = (size_t)v[3], dk = (size_t)pb->dk;
+    return sizeof(float) * (gt * dk + tk * (dk + 1) + gt * tk + (size_t)pb->g + (size_t)topk_pc_max(v[3], pb) + jb +
+                            2u * (size_t)pb->S);
+}
+
+/* qs[RQ*DK], dos[RQ*DV], ks[TKK*(DK+1)], vs[TKK*(DV+1)], pp, dss[RQ*TKK],
+ * three per-row and three per-key arrays. */
+static size_t dkdv_bytes(const int *v, const tune_problem *pb)
+{
+    const size_t tkk = (size_t)v[1], rq = (size_t)v[2], dk = (size_t)pb->dk, dv = (size_t)pb->dv;
+    return sizeof(float) * (rq * (dk + dv) + tkk * (dk + dv + 2) + 2u * rq * tkk + 3u * rq + 3u * tkk);
+}
+
+/* ------------------------------------------------------ safe defaults */
+
+static int default_wg(const clnsa_device_info *info)
 {
     size_t wg = info->is_gpu ? 128 : 64;
     size_t forced = (size_t)cx_env_int("CLNSA_TUNE_WG", 0);
@@ -12,74 +60,186 @@ static size_t default_wg(const clnsa_device_info *info)
     if (wg > info->max_work_group_size) wg = info->max_work_group_size;
     size_t mult = info->preferred_wg_multiple ? info->preferred_wg_multiple : 1;
     if (wg > mult) wg = wg / mult * mult;
-    return wg ? wg : 1;
+    return wg ? (int)wg : 1;
 }
 
-/* Floats of local memory each per-query kernel declares (see the .cl). */
-static size_t attn_local_bytes(attn_kind kind, int gt, int tk, int dk, int dv)
+static void attn_start(int *v, const tune_problem *pb, const clnsa_device_info *info)
 {
-    size_t f = (size_t)gt * dk + (size_t)tk * (dk + 1) + (size_t)gt * tk + 3u * gt;
-    if (kind == ATTN_DQ) f += (size_t)gt * dv + (size_t)tk * (dv + 1);
-    else f += (size_t)tk * dv + (kind == ATTN_BWD_PRE ? (size_t)gt * dv : 0);
-    return sizeof(float) * f;
+    v[0] = default_wg(info);
+    v[1] = pb->g < 16 ? pb->g : 16;
+    v[2] = cx_env_int("CLNSA_TUNE_TK", 32);
 }
 
-clnsa_status tune_nsa_attn(const clnsa_device_info *info, int G, int DK, int DV, attn_kind kind, attn_params *p)
+/* Pass 1 of the top-k gives each of the GT heads to one work-item: GT <= WG. */
+static void topk_start(int *v, const tune_problem *pb, const clnsa_device_info *info)
 {
-    int tk = cx_env_int("CLNSA_TUNE_TK", 32), gt = G < 16 ? G : 16;
-    size_t budget = info->local_mem_size > 512 ? info->local_mem_size - 512 : 0;
-    while (attn_local_bytes(kind, gt, tk, DK, DV) > budget && tk > 4) tk /= 2;
-    while (attn_local_bytes(kind, gt, tk, DK, DV) > budget && gt > 1) gt = (gt + 1) / 2;
-    if (attn_local_bytes(kind, gt, tk, DK, DV) > budget) return CLNSA_ERROR_UNSUPPORTED_DEVICE;
-    p->wg = default_wg(info);
-    p->gt = gt;
-    p->tk = tk;
-    p->local_bytes = attn_local_bytes(kind, gt, tk, DK, DV);
+    attn_start(v, pb, info);
+    if (v[1] > v[0]) v[1] = v[0];
+    v[3] = 32;
+}
+
+static void dkdv_start(int *v, const tune_problem *pb, const clnsa_device_info *info)
+{
+    (void)pb;
+    v[0] = default_wg(info);
+    v[1] = cx_env_int("CLNSA_TUNE_TK", 32);
+    v[2] = 16;
+}
+
+/* ------------------------------------------------------------ the table */
+
+#define WG_PARAM {"WG", {32, 64, 128, 256, 512}, 5, false}
+#define GT_PARAM {"GT", {1, 2, 4, 8, 16}, 5, true}
+#define TK_PARAM {"TK", {8, 16, 32, 64}, 4, false}
+/* Registers: each work-item keeps ceil(GT*D / WG) accumulators (x2 in the
+ * forward); the tuner does not try more than 64. */
+#define ATTN_FAMILY(name, bytes, acc_dim)                                                          \
+    {name, "nsa_fwd", 3, {WG_PARAM, GT_PARAM, TK_PARAM}, 1, {{TC_ACC_LIMIT, 1, acc_dim, 64}}, 2, \
+     {{SHRINK_HALVE, 2, 0, 4}, {SHRINK_CEIL_HALVE, 1, 0, 1}}, bytes, attn_start}
+
+const tune_family tune_families[TF_COUNT] = {
+    [TF_NSA_FWD] = ATTN_FAMILY("nsa_fwd", fwd_bytes, 1),
+    [TF_NSA_BWD_PRE] = ATTN_FAMILY("nsa_bwd_pre", pre_bytes, 1),
+    [TF_NSA_BWD_DQ] = {"nsa_bwd_dq", "nsa_bwd_dq", 3, {WG_PARAM, GT_PARAM, TK_PARAM}, 1,
+                       {{TC_ACC_LIMIT, 1, 0, 64}}, 2, {{SHRINK_HALVE, 2, 0, 4}, {SHRINK_CEIL_HALVE, 1, 0, 1}},
+                       dq_bytes, attn_start},
+    [TF_NSA_TOPK] = {"nsa_topk", "nsa_topk", 4, {WG_PARAM, GT_PARAM, TK_PARAM, {"JB", {8, 16, 32, 64}, 4, false}}, 1,
+                     {{TC_LE_PARAM, 1, 0, 0}}, 3,
+                     {{SHRINK_HALVE, 2, 0, 4}, {SHRINK_CEIL_HALVE, 1, 0, 1}, {SHRINK_HALVE, 3, 0, 1}}, topk_bytes,
+                     topk_start},
+    [TF_NSA_DKDV] = {"nsa_bwd_dkdv", "nsa_bwd_dkdv", 3,
+                     {WG_PARAM, {"TKK", {8, 16, 32, 64}, 4, false}, {"RQ", {4, 8, 16, 32}, 4, false}}, 2,
+                     {{TC_ACC_LIMIT, 1, 0, 64}, {TC_ACC_LIMIT, 1, 1, 64}}, 1, {{SHRINK_LARGER, 1, 2, 4}},
+                     dkdv_bytes, dkdv_start},
+};
+
+int tune_family_find(const char *name)
+{
+    for (int i = 0; i < TF_COUNT; ++i)
+        if (strcmp(tune_families[i].name, name) == 0) return i;
+    return -1;
+}
+
+int tune_param_find(const tune_family *f, const char *name)
+{
+    for (int i = 0; i < f->nparams; ++i)
+        if (strcmp(f->params[i].name, name) == 0) return i;
+    return -1;
+}
+
+/* ----------------------------------------------------------- the check */
+
+static size_t local_budget(const clnsa_device_info *info)
+{
+    return info->local_mem_size > 512 ? (size_t)info->local_mem_size - 512 : 0;
+}
+
+bool tune_fits(const clnsa_device_info *info, int family, int *v, const tune_problem *pb, bool search, char *why,
+               size_t why_size)
+{
+    const tune_family *f = &tune_families[family];
+    char dummy[8];
+    if (!why) why = dummy, why_size = sizeof dummy;
+    for (int i = 0; i < f->nparams; ++i) {
+        if (v[i] < 1 || v[i] > 65536) {
+            snprintf(why, why_size, "%s=%d is out of 1..65536", f->params[i].name, v[i]);
+            return false;
+        }
+        if (f->params[i].clamp_to_g && v[i] > pb->g) v[i] = pb->g;
+    }
+    const size_t wg = (size_t)v[0], mult = info->preferred_wg_multiple;
+    if (wg > info->max_work_group_size) {
+        snprintf(why, why_size, "work-group size %zu > the device's %zu", wg, info->max_work_group_size);
+        return false;
+    }
+    if (mult > 1 && wg > mult && wg % mult) {
+        snprintf(why, why_size, "work-group size %zu is not a multiple of the device's preferred %zu", wg, mult);
+        return false;
+    }
+    const size_t bytes = f->local_bytes(v, pb), budget = local_budget(info);
+    if (bytes > budget) {
+        snprintf(why, why_size, "local memory %zu bytes > the device's %zu (less 512 reserved)", bytes, budget);
+        return false;
+    }
+    for (int i = 0; i < f->nconstraints; ++i) {
+        const tune_constraint *c = &f->constraints[i];
+        if (c->kind == TC_LE_PARAM && v[c->a] > v[c->b]) {
+            snprintf(why, why_size, "%s=%d > %s=%d", f->params[c->a].name, v[c->a], f->params[c->b].name, v[c->b]);
+            return false;
+        }
+        if (c->kind == TC_ACC_LIMIT && search) {
+            const int64_t dim = c->b == 0 ? pb->dk : pb->dv, acc = ((int64_t)v[c->a] * dim + v[0] - 1) / v[0];
+            if (acc > c->limit) {
+                snprintf(why, why_size, "%lld accumulators per work-item > %d", (long long)acc, c->limit);
+                return false;
+            }
+        }
+    }
+    return true;
+}
+
+bool tune_safe_default(const clnsa_device_info *info, int family, const tune_problem *pb, int *v)
+{
+    const tune_family *f = &tune_families[family];
+    const size_t budget = local_budget(info);
+    f->start(v, pb, info);
+    for (int i = 0; i < f->nparams; ++i)
+        if (f->params[i].clamp_to_g && v[i] > pb->g) v[i] = pb->g;
+    for (int s = 0; s < f->nshrink; ++s) {
+        const tune_shrink *k = &f->shrink[s];
+        while (f->local_bytes(v, pb) > budget) {
+            int *a = &v[k->a];
+            if (k->kind == SHRINK_LARGER) {
+                int *b = &v[k->b];
+                if (!(*a > k->min || *b > k->min)) break;
+                if (*a >= *b && *a > k->min) *a /= 2;
+                else *b /= 2;
+            } else {
+                if (*a <= k->min) break;
+                *a = k->kind == SHRINK_HALVE ? *a / 2 : (*a + 1) / 2;
+            }
+        }
+    }
+    return tune_fits(info, family, v, pb, false, NULL, 0);
+}
+
+/* ------------------------------------------- what the kernels are given */
+
+clnsa_status tune_nsa_attn(clnsa_context *ctx, const tune_problem *pb, attn_kind kind, attn_params *p)
+{
+    const int family = kind == ATTN_FWD ? TF_NSA_FWD : kind == ATTN_BWD_PRE ? TF_NSA_BWD_PRE : TF_NSA_BWD_DQ;
+    tune_choice c;
+    clnsa_status st = tune_choose(ctx, family, pb, &c);
+    if (st != CLNSA_SUCCESS) return st;
+    p->wg = (size_t)c.v[0];
+    p->gt = c.v[1];
+    p->tk = c.v[2];
+    p->local_bytes = tune_families[family].local_bytes(c.v, pb);
     return CLNSA_SUCCESS;
 }
 
-static size_t dkdv_local_bytes(int tkk, int rq, int dk, int dv)
+clnsa_status tune_nsa_dkdv(clnsa_context *ctx, const tune_problem *pb, dkdv_params *p)
 {
-    return sizeof(float) * ((size_t)rq * (dk + dv) + (size_t)tkk * (dk + dv + 2) + 2u * rq * tkk + 3u * rq + 3u * tkk);
-}
-
-clnsa_status tune_nsa_dkdv(const clnsa_device_info *info, int DK, int DV, dkdv_params *p)
-{
-    int tkk = cx_env_int("CLNSA_TUNE_TK", 32), rq = 16;
-    size_t budget = info->local_mem_size > 512 ? info->local_mem_size - 512 : 0;
-    while (dkdv_local_bytes(tkk, rq, DK, DV) > budget && (tkk > 4 || rq > 4)) {
-        if (tkk >= rq && tkk > 4) tkk /= 2;
-        else rq /= 2;
-    }
-    if (dkdv_local_bytes(tkk, rq, DK, DV) > budget) return CLNSA_ERROR_UNSUPPORTED_DEVICE;
-    p->wg = default_wg(info);
-    p->tkk = tkk;
-    p->rq = rq;
-    p->local_bytes = dkdv_local_bytes(tkk, rq, DK, DV);
+    tune_choice c;
+    clnsa_status st = tune_choose(ctx, TF_NSA_DKDV, pb, &c);
+    if (st != CLNSA_SUCCESS) return st;
+    p->wg = (size_t)c.v[0];
+    p->tkk = c.v[1];
+    p->rq = c.v[2];
+    p->local_bytes = dkdv_bytes(c.v, pb);
     return CLNSA_SUCCESS;
 }
 
-static size_t topk_local_bytes(const topk_params *p, int G, int DK, int S)
+clnsa_status tune_nsa_topk(clnsa_context *ctx, const tune_problem *pb, topk_params *p)
 {
-    return sizeof(float) * ((size_t)p->gt * DK + (size_t)p->tk * (DK + 1) + (size_t)p->gt * p->tk + G +
-                            p->pc_max + p->jb + 2u * S);
-}
-
-clnsa_status tune_nsa_topk(const clnsa_device_info *info, int G, int DK, int S, int block_size,
-                           int cmp_block, int cmp_stride, topk_params *p)
-{
-    size_t budget = info->local_mem_size > 512 ? info->local_mem_size - 512 : 0;
-    p->wg = default_wg(info);
-    p->gt = G < 16 ? G : 16;
-    p->tk = cx_env_int("CLNSA_TUNE_TK", 32);
-    p->jb = 32;
-    for (;;) {
-        p->pc_max = ((int64_t)p->jb * block_size + cmp_block - 2) / cmp_stride + 2;
-        p->local_bytes = topk_local_bytes(p, G, DK, S);
-        if (p->local_bytes <= budget) return CLNSA_SUCCESS;
-        if (p->tk > 4) p->tk /= 2;
-        else if (p->gt > 1) p->gt = (p->gt + 1) / 2;
-        else if (p->jb > 1) p->jb /= 2;
-        else return CLNSA_ERROR_UNSUPPORTED_DEVICE;
-    }
+    tune_choice c;
+    clnsa_status st = tune_choose(ctx, TF_NSA_TOPK, pb, &c);
+    if (st != CLNSA_SUCCESS) return st;
+    p->wg = (size_t)c.v[0];
+    p->gt = c.v[1];
+    p->tk = c.v[2];
+    p->jb = c.v[3];
+    p->pc_max = topk_pc_max(c.v[3], pb);
+    p->local_bytes = topk_bytes(c.v, pb);
+    return CLNSA_SUCCESS;
 }

@@ -1,8 +1,183 @@
-/* tuning.h: per-device tile and work-group choices of each kernel family. */
+/* tuning.h: per-device tile and work-group choices of each kernel family.
+ *
+ * params.c declares the families: their tunable parameters, the values the
+ * tuner tries, their constraints (local memory, work-group limits, ...) and
+ * the safe default. database.c picks the parameters of a call, in this
+ * order (the first candidate that fits the device wins):
+ *   1. the tuner's forced parameters (tune_hook, this thread only);
+ *   2. CLNSA_TUNE_WG / CLNSA_TUNE_TK set: the safe default grown from them;
+ *   3. the user file (clnsa_context_options.tuning_file, else
+ *      $CLNSA_TUNING_FILE);
+ *   4. the built-in database (generated from tuning/ JSON files): the device's
+ *      entry, then its architecture's default, then its vendor's;
+ *   5. the safe default, which fits any OpenCL 1.2 device.
+ * Within one source the entry whose shape class matches the problem on the
+ * most fields wins (a field may be a wildcard). */
 #ifndef CLNSA_TUNING_H
 #define CLNSA_TUNING_H
 
 #include "internal.h"
+
+#define TUNE_MAX_PARAMS 4
+
+typedef enum {
+    TF_NSA_FWD,     /* nsa_fwd.cl, the forward (WG, GT, TK) */
+    TF_NSA_BWD_PRE, /* nsa_fwd.cl with BWD_PRE, the backward prologue */
+    TF_NSA_BWD_DQ,  /* nsa_bwd_dq.cl */
+    TF_NSA_TOPK,    /* nsa_topk.cl (WG, GT, TK, JB) */
+    TF_NSA_DKDV,    /* nsa_bwd_dkdv.cl (WG, TKK, RQ) */
+    TF_COUNT
+} tune_family_id;
+
+/* What a choice is made for: the shape class (head dims, GQA group,
+ * selection block, dtype) and what else a family's footprint depends on. */
+typedef struct {
+    int dk, dv, g, block;
+    clnsa_dtype dtype;
+    int S, cmp_block, cmp_stride; /* top-k's PC_MAX */
+} tune_problem;
+
+typedef struct {
+    const char *name;   /* the kernel's define and the JSON key: "WG" */
+    int values[8];      /* the tuner's search space */
+    int nvalues;
+    bool clamp_to_g;    /* a head tile: values above G act as G */
+} tune_param;
+
+/* Constraints beyond local memory and the work-group limits. */
+typedef enum {
+    TC_LE_PARAM,   /* param a <= param b */
+    TC_ACC_LIMIT   /* search only: ceil(param a * dim b / WG) <= limit (registers) */
+} tune_constraint_kind;
+
+typedef struct {
+    tune_constraint_kind kind;
+    int a, b;  /* param indices; for TC_ACC_LIMIT b: 0 = DK, 1 = DV */
+    int limit;
+} tune_constraint;
+
+/* How the safe default shrinks to fit local memory, step after step. */
+typedef enum {
+    SHRINK_HALVE,      /* param a /= 2 while above `min` */
+    SHRINK_CEIL_HALVE, /* param a = ceil(a / 2) while above `min` */
+    SHRINK_LARGER      /* halve the larger of a and b (a on a tie) while either is above `min` */
+} tune_shrink_kind;
+
+typedef struct {
+    tune_shrink_kind kind;
+    int a, b, min;
+} tune_shrink;
+
+typedef struct {
+    const char *name;   /* "nsa_fwd", as in the JSON files and `clnsa tune --family` */
+    const char *kernel; /* the kernel it parameterizes */
+    int nparams;
+    tune_param params[TUNE_MAX_PARAMS];
+    int nconstraints;
+    tune_constraint constraints[3];
+    int nshrink;
+    tune_shrink shrink[3];
+    /* Local memory of one work-group in bytes. */
+    size_t (*local_bytes)(const int *v, const tune_problem *pb);
+    /* The safe default before shrinking (the work-group size is param 0). */
+    void (*start)(int *v, const tune_problem *pb, const clnsa_device_info *info);
+} tune_family;
+
+extern const tune_family tune_families[TF_COUNT];
+/* Index of a family by name, or -1. */
+int tune_family_find(const char *name);
+/* Index of a parameter of a family by name, or -1. */
+int tune_param_find(const tune_family *f, const char *name);
+
+/* Is this candidate usable on the device? Clamps head tiles to G first.
+ * `search` adds the tuner's register heuristics. On false, `why` says what
+ * failed ("local memory: 70000 bytes > 49152"). */
+bool tune_fits(const clnsa_device_info *info, int family, int *v, const tune_problem *pb, bool search, char *why,
+               size_t why_size);
+/* The safe default (after CLNSA_TUNE_WG / CLNSA_TUNE_TK): false when even
+ * the smallest tiles do not fit. */
+bool tune_safe_default(const clnsa_device_info *info, int family, const tune_problem *pb, int *v);
+
+typedef enum {
+    TUNE_SRC_FORCED,  /* the tuner's hook */
+    TUNE_SRC_ENV,     /* CLNSA_TUNE_WG / CLNSA_TUNE_TK */
+    TUNE_SRC_USER,    /* the user file */
+    TUNE_SRC_DEVICE,  /* built-in database: this device */
+    TUNE_SRC_ARCH,    /* built-in database: the architecture's default */
+    TUNE_SRC_VENDOR,  /* built-in database: the vendor's default */
+    TUNE_SRC_DEFAULT  /* the safe default */
+} tune_source;
+
+typedef struct {
+    int v[TUNE_MAX_PARAMS];
+    tune_source source;
+    char where[320]; /* "user file PATH (pocl/cpu/NAME)", "database pocl/cpu", "safe default" */
+} tune_choice;
+
+/* The parameters of `family` for this problem on ctx's device. */
+clnsa_status tune_choose(clnsa_context *ctx, int family, const tune_problem *pb, tune_choice *out);
+
+/* ----------------------------------------------------- database entries */
+
+/* One entry of a tuning file or the built-in database. NULL strings and
+ * zero shape fields are wildcards ("*" and 0 in JSON). */
+typedef struct {
+    const char *vendor, *arch, *device, *family;
+    int dk, dv, g, block;
+    clnsa_dtype dtype;
+    int nparams;
+    const char *names[TUNE_MAX_PARAMS];
+    int values[TUNE_MAX_PARAMS];
+} tune_entry;
+
+/* The built-in database (generated from tuning/ JSON files by scripts/gen_tuning_db.py). */
+extern const tune_entry clnsa_tuning_db[];
+extern const size_t clnsa_tuning_db_count;
+
+/* The vendor's name in tuning files: "nvidia", "amd", "intel", "pocl", "mesa", "other". */
+const char *tune_vendor_key(clnsa_vendor v);
+/* Does the entry apply to this device (vendor, architecture and device
+ * name equal or wildcards)? */
+bool tune_entry_applies(const tune_entry *e, const clnsa_device_info *info);
+
+/* A parsed tuning file (what the user file and `clnsa tune` hold). */
+typedef struct tune_file {
+    char *path;
+    size_t count;
+    tune_entry *entries; /* strings owned by the file */
+    char **strings;
+    size_t nstrings;
+} tune_file;
+
+/* Loads a tuning file ({"clnsa_tuning": 1, "entries": [...]}); entries of
+ * unknown families or parameters are an error, so a typo is not silently
+ * ignored. */
+clnsa_status tune_file_load(const char *path, tune_file **out, char *msg, size_t msg_size);
+void tune_file_free(tune_file *f);
+
+/* ------------------------------------------------------- the tuner's hook */
+
+/* While set on a thread (tune_hook_set), calls on `ctx` from that thread use
+ * `v` for `family` (validated like any candidate; -1 = none), build only
+ * (build_only: programs are built and kernels made, nothing is enqueued),
+ * and keep the events of the kernels named `capture` (retained; the tuner
+ * releases them). Thread-local: a background thread building candidates
+ * and the timing thread each set their own. */
+typedef struct {
+    const clnsa_context *ctx;
+    int family;
+    int v[TUNE_MAX_PARAMS];
+    bool build_only;
+    const char *capture;
+    cl_event events[8];
+    int nevents;
+} tune_hook;
+
+void tune_hook_set(tune_hook *h); /* NULL clears this thread's hook */
+/* This thread's hook when it applies to ctx, else NULL. */
+tune_hook *tune_hook_get(const clnsa_context *ctx);
+
+/* --------------------------------------------- what the NSA kernels take */
 
 /* attn_tile.h kernels: WG work-items, GT query heads and TK keys per tile. */
 typedef struct {
@@ -14,7 +189,7 @@ typedef struct {
 /* The per-query kernels differ in what they keep in local memory. */
 typedef enum { ATTN_FWD, ATTN_BWD_PRE, ATTN_DQ } attn_kind;
 
-clnsa_status tune_nsa_attn(const clnsa_device_info *info, int G, int DK, int DV, attn_kind kind, attn_params *p);
+clnsa_status tune_nsa_attn(clnsa_context *ctx, const tune_problem *pb, attn_kind kind, attn_params *p);
 
 /* nsa_bwd_dkdv.cl: TKK keys per work-group, RQ query rows per chunk. */
 typedef struct {
@@ -23,7 +198,7 @@ typedef struct {
     size_t local_bytes;
 } dkdv_params;
 
-clnsa_status tune_nsa_dkdv(const clnsa_device_info *info, int DK, int DV, dkdv_params *p);
+clnsa_status tune_nsa_dkdv(clnsa_context *ctx, const tune_problem *pb, dkdv_params *p);
 
 /* nsa_topk.cl: as above plus JB selection blocks per chunk and PC_MAX, the
  * compressed keys a chunk can overlap. */
@@ -34,7 +209,6 @@ typedef struct {
     size_t local_bytes;
 } topk_params;
 
-clnsa_status tune_nsa_topk(const clnsa_device_info *info, int G, int DK, int S, int block_size,
-                           int cmp_block, int cmp_stride, topk_params *p);
+clnsa_status tune_nsa_topk(clnsa_context *ctx, const tune_problem *pb, topk_params *p);
 
 #endif

@@ -1,0 +1,351 @@
+/* test_tuning.c: the parameter database (src/tuning): the built-in entries
+ * match the families' table; the lookup order (user file over database over
+ * safe default, the most specific shape class first, an entry that does not
+ * fit the device falls through); a candidate that exceeds local memory is
+ * rejected before anything is compiled; a short `clnsa tune` run completes
+ * and its file loads back and is used. Linked with the static library: it
+ * calls the internals. */
+#include "nsa_case.h"
+
+#include "tuning/tuning.h"
+
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+static test_env env;
+static char tmpdir[64];
+
+/* The shape class of the PoCL entries in tuning/pocl.json. */
+static const tune_problem tiny = {32, 32, 4, 16, CLNSA_DTYPE_F32, 4, 16, 16};
+/* A shape class no built-in entry names. */
+static const tune_problem other = {24, 16, 3, 8, CLNSA_DTYPE_F16, 3, 8, 8};
+
+static const char *write_file(const char *name, const char *text)
+{
+    static char path[160];
+    snprintf(path, sizeof path, "%s/%s", tmpdir, name);
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    fputs(text, f);
+    fclose(f);
+    return path;
+}
+
+static clnsa_context *context_with(const char *tuning_file, clnsa_status want)
+{
+    clnsa_context_options o = {0};
+    o.tuning_file = tuning_file;
+    clnsa_context *ctx = NULL;
+    char msg[512] = "";
+    clnsa_status st = clnsa_context_create(env.cl, env.device, &o, &ctx, msg, sizeof msg);
+    if (st != want) print_error("context with %s: %s: %s\n", tuning_file, clnsa_status_string(st), msg);
+    assert_int_equal(st, want);
+    if (want != CLNSA_SUCCESS) assert_non_null(strstr(msg, "tuning file"));
+    return ctx;
+}
+
+static tune_choice choose(clnsa_context *ctx, int family, const tune_problem *pb)
+{
+    tune_choice c;
+    assert_int_equal(tune_choose(ctx, family, pb, &c), CLNSA_SUCCESS);
+    return c;
+}
+
+static void expect(const tune_choice *c, tune_source src, int v0, int v1, int v2)
+{
+    if (c->source != src || c->v[0] != v0 || c->v[1] != v1 || c->v[2] != v2)
+        print_error("got %d %d %d from source %d (%s), expected %d %d %d from %d\n", c->v[0], c->v[1], c->v[2],
+                    (int)c->source, c->where, v0, v1, v2, (int)src);
+    assert_int_equal(c->source, src);
+    assert_int_equal(c->v[0], v0);
+    assert_int_equal(c->v[1], v1);
+    assert_int_equal(c->v[2], v2);
+}
+
+/* The first built-in entry that applies to this device for the family and
+ * the tiny shape class, or NULL. */
+static const tune_entry *builtin_for(const clnsa_device_info *info, int family)
+{
+    for (size_t i = 0; i < clnsa_tuning_db_count; ++i) {
+        const tune_entry *e = &clnsa_tuning_db[i];
+        if (strcmp(e->family, tune_families[family].name) == 0 && tune_entry_applies(e, info) && e->dk == tiny.dk &&
+            e->g == tiny.g && e->block == tiny.block)
+            return e;
+    }
+    return NULL;
+}
+
+static void test_builtin_entries_resolve(void **state)
+{
+    (void)state;
+    for (size_t i = 0; i < clnsa_tuning_db_count; ++i) {
+        const tune_entry *e = &clnsa_tuning_db[i];
+        const int f = tune_family_find(e->family);
+        if (f < 0) print_error("built-in entry %zu: unknown family %s\n", i, e->family);
+        assert_true(f >= 0);
+        assert_int_equal(e->nparams, tune_families[f].nparams);
+        for (int p = 0; p < e->nparams; ++p) assert_true(tune_param_find(&tune_families[f], e->names[p]) >= 0);
+    }
+}
+
+static void test_lookup_order(void **state)
+{
+    (void)state;
+    const clnsa_device_info *info = clnsa_context_device_info(env.ctx);
+    int safe[TUNE_MAX_PARAMS];
+
+    /* no entry for this shape class: the safe default */
+    assert_true(tune_safe_default(info, TF_NSA_BWD_DQ, &other, safe));
+    tune_choice c = choose(env.ctx, TF_NSA_BWD_DQ, &other);
+    expect(&c, TUNE_SRC_DEFAULT, safe[0], safe[1], safe[2]);
+
+    /* the database, where it has an entry for this device (PoCL here) */
+    const tune_entry *db = builtin_for(info, TF_NSA_FWD);
+    if (db) {
+        c = choose(env.ctx, TF_NSA_FWD, &tiny);
+        assert_true(c.source == TUNE_SRC_DEVICE || c.source == TUNE_SRC_ARCH || c.source == TUNE_SRC_VENDOR);
+        assert_non_null(strstr(c.where, "database"));
+    } else {
+        print_message("no built-in entry applies to %s: database step not checked\n", info->name);
+    }
+
+    /* a user file comes first; within it the most specific shape class */
+    char text[2048];
+    snprintf(text, sizeof text,
+             "{\"clnsa_tuning\": 1, \"entries\": [\n"
+             " {\"vendor\": \"%s\", \"architecture\": \"%s\", \"device\": \"%s\", \"family\": \"nsa_fwd\",\n"
+             "  \"shape\": {\"dk\": 32, \"dv\": 32, \"g\": 4, \"block\": 16, \"dtype\": \"f32\"},\n"
+             "  \"params\": {\"WG\": 16, \"GT\": 1, \"TK\": 8}},\n"
+             " {\"family\": \"nsa_fwd\", \"shape\": {\"dk\": 32}, \"params\": {\"WG\": 32, \"GT\": 2, \"TK\": 16}},\n"
+             " {\"vendor\": \"*\", \"family\": \"nsa_bwd_dq\", \"shape\": {\"dk\": \"*\"},\n"
+             "  \"params\": {\"WG\": 32, \"GT\": 2, \"TK\": 16}},\n"
+             " {\"family\": \"nsa_topk\", \"params\": {\"WG\": 32, \"GT\": 2, \"TK\": 60000, \"JB\": 8}}\n"
+             "]}\n",
+             tune_vendor_key(info->vendor), info->architecture, info->name);
+    const char *path = write_file("user.json", text);
+    clnsa_context *ctx = context_with(path, CLNSA_SUCCESS);
+    c = choose(ctx, TF_NSA_FWD, &tiny);
+    expect(&c, TUNE_SRC_USER, 16, 1, 8);
+    assert_non_null(strstr(c.where, "user.json"));
+    tune_problem dk32 = other;
+    dk32.dk = 32;
+    c = choose(ctx, TF_NSA_FWD, &dk32); /* only the dk-only entry matches */
+    expect(&c, TUNE_SRC_USER, 32, 2, 16);
+    c = choose(ctx, TF_NSA_BWD_DQ, &other); /* wildcards everywhere */
+    expect(&c, TUNE_SRC_USER, 32, 2, 16);
+    /* TK=60000 does not fit the local memory: falls through */
+    c = choose(ctx, TF_NSA_TOPK, &other);
+    assert_int_equal(c.source, TUNE_SRC_DEFAULT);
+    clnsa_context_destroy(ctx);
+
+    /* CLNSA_TUNING_FILE when the option is absent */
+    assert_int_equal(setenv("CLNSA_TUNING_FILE", path, 1), 0);
+    ctx = context_with(NULL, CLNSA_SUCCESS);
+    unsetenv("CLNSA_TUNING_FILE");
+    c = choose(ctx, TF_NSA_FWD, &tiny);
+    expect(&c, TUNE_SRC_USER, 16, 1, 8);
+    clnsa_context_destroy(ctx);
+
+    /* CLNSA_TUNE_WG (a debugging knob) overrides every source */
+    assert_int_equal(setenv("CLNSA_TUNE_WG", "16", 1), 0);
+    c = choose(env.ctx, TF_NSA_FWD, &tiny);
+    unsetenv("CLNSA_TUNE_WG");
+    assert_int_equal(c.source, TUNE_SRC_ENV);
+    assert_int_equal(c.v[0], 16);
+
+    /* a broken or wrong file fails the context creation, naming the problem */
+    context_with(write_file("bad1.json", "{\"clnsa_tuning\": 1, \"entries\": [}"), CLNSA_ERROR_INVALID_ARGUMENT);
+    context_with(write_file("bad2.json", "{\"clnsa_tuning\": 1, \"entries\": [{\"family\": \"nsa_fwd\", "
+                                         "\"params\": {\"WG\": 64, \"GT\": 4, \"TKK\": 8}}]}"),
+                 CLNSA_ERROR_INVALID_ARGUMENT);
+    context_with(write_file("bad3.json", "{\"clnsa_tuning\": 1, \"entries\": [{\"family\": \"nsa_fwd\", "
+                                         "\"params\": {\"WG\": 64, \"GT\": 4}}]}"),
+                 CLNSA_ERROR_INVALID_ARGUMENT);
+    context_with("/nonexistent/clnsa-tuning.json", CLNSA_ERROR_INVALID_ARGUMENT);
+}
+
+/* A database entry that does not fit the device falls through to the safe
+ * default (the device made smaller with CLNSA_MAX_LOCAL_MEM). */
+static void test_database_entry_too_big(void **state)
+{
+    (void)state;
+    const clnsa_device_info *info = clnsa_context_device_info(env.ctx);
+    const tune_entry *db = builtin_for(info, TF_NSA_FWD);
+    if (!db) {
+        print_message("no built-in entry applies to %s: skipped\n", info->name);
+        return;
+    }
+    int v[TUNE_MAX_PARAMS];
+    for (int i = 0; i < db->nparams; ++i) v[tune_param_find(&tune_families[TF_NSA_FWD], db->names[i])] = db->values[i];
+    const size_t need = tune_families[TF_NSA_FWD].local_bytes(v, &tiny);
+    char lm[32];
+    snprintf(lm, sizeof lm, "%zu", need + 512 - 4);
+    assert_int_equal(setenv("CLNSA_MAX_LOCAL_MEM", lm, 1), 0);
+    clnsa_context *small = context_with(NULL, CLNSA_SUCCESS);
+    unsetenv("CLNSA_MAX_LOCAL_MEM");
+    tune_choice c = choose(small, TF_NSA_FWD, &tiny);
+    assert_true(c.source != TUNE_SRC_DEVICE);
+    assert_true(tune_families[TF_NSA_FWD].local_bytes(c.v, &tiny) <= need - 4);
+    clnsa_context_destroy(small);
+}
+
+static nsa_case tiny_case(void)
+{
+    /* name, B, T, HQ, H, DK, DV, cu, N, bs, S, l, d, w, init, local, cmp, slc, swa, given_idx, counts,
+     * given_cmp, linear, pe, dtype */
+    nsa_case c = {"tiny", 1, 45, 8, 2, 32, 32, NULL, 0, 16, 4, 16, 16, 8, 1, 2, true, true, true,
+                  false, false, false, false, false, CLNSA_DTYPE_F32};
+    return c;
+}
+
+/* Does ctx hold a program built with these leading parameter defines? */
+static bool built_with(const clnsa_context *ctx, const char *defines)
+{
+    for (const program_entry *e = ctx->programs; e; e = e->next)
+        if (strstr(e->key, defines)) return true;
+    return false;
+}
+
+static void test_reject_before_compiling(void **state)
+{
+    (void)state;
+    const clnsa_device_info *info = clnsa_context_device_info(env.ctx);
+    int v[TUNE_MAX_PARAMS] = {64, 4, 32};
+    char why[200];
+    v[2] = (int)(info->local_mem_size / 4 / 33) + 64; /* more keys per tile than local memory holds */
+    assert_false(tune_fits(info, TF_NSA_FWD, v, &tiny, false, why, sizeof why));
+    assert_non_null(strstr(why, "local memory"));
+
+    /* forced on a call: refused before its program is built */
+    nsa_case c = tiny_case();
+    nsa_run r;
+    nsa_run_setup(&env, &r, &c, 5);
+    nsa_run_forward(&env, &r); /* the other programs of the forward exist now */
+    const unsigned builds = env.ctx->stats.builds, hits = env.ctx->stats.disk_hits;
+    tune_hook h = {env.ctx, TF_NSA_FWD, {v[0], v[1], v[2], 0}, false, NULL, {0}, 0};
+    tune_hook_set(&h);
+    size_t ws_bytes = 0;
+    assert_int_equal(clnsa_nsa_forward_workspace_size(env.ctx, env.queue, &r.cfg, &r.in, &r.out, &ws_bytes), CLNSA_SUCCESS);
+    cl_mem ws = clCreateBuffer(env.cl, CL_MEM_READ_WRITE, ws_bytes ? ws_bytes : 4, NULL, NULL);
+    clnsa_status st = clnsa_nsa_forward(env.ctx, env.queue, &r.cfg, &r.in, &r.out, ws, ws_bytes, 0, NULL, NULL);
+    tune_hook_set(NULL);
+    assert_int_equal(st, CLNSA_ERROR_UNSUPPORTED_DEVICE);
+    assert_int_equal(env.ctx->stats.builds, builds);
+    assert_int_equal(env.ctx->stats.disk_hits, hits);
+    char defines[64];
+    snprintf(defines, sizeof defines, "#define TK %d\n", v[2]);
+    assert_false(built_with(env.ctx, defines));
+    clReleaseMemObject(ws);
+    nsa_run_free(&r);
+}
+
+/* `clnsa tune` on a tiny shape class (with a device made smaller, so some
+ * candidates are dropped before compiling), then its file as the user file:
+ * the tuned parameters are chosen and built, and the forward agrees with the
+ * default context's. */
+static void test_tune_run(void **state)
+{
+    (void)state;
+    const char *exe = getenv("CLNSA_EXE");
+    if (!exe || access(exe, X_OK) != 0) {
+        print_message("CLNSA_EXE is not set to the clnsa tool: skipped\n");
+        skip();
+    }
+    char out[160], cmd[1024];
+    snprintf(out, sizeof out, "%s/tuned.json", tmpdir);
+    const char *dev = getenv("CLNSA_TEST_DEVICE");
+    char devopt[64] = "";
+    int p, d;
+    if (dev && sscanf(dev, "%d:%d", &p, &d) == 2) snprintf(devopt, sizeof devopt, " --device %d:%d", p, d);
+    snprintf(cmd, sizeof cmd,
+             "CLNSA_MAX_LOCAL_MEM=12288 %s tune --family nsa_fwd,nsa_bwd_dkdv --D 32 --G 4 --block 16 --dtype f32 "
+             "--T 45 --H 2 --S 4 --window 8 --budget 3 --repeat 1 --seed 3 --out %s%s > %s/tune.log 2>&1",
+             exe, out, devopt, tmpdir);
+    int rc = system(cmd);
+    if (rc != 0) {
+        char log[200];
+        snprintf(log, sizeof log, "cat %s/tune.log", tmpdir);
+        if (system(log)) print_error("(no log)\n");
+    }
+    assert_int_equal(rc, 0);
+
+    tune_file *tf = NULL;
+    char msg[512];
+    assert_int_equal(tune_file_load(out, &tf, msg, sizeof msg), CLNSA_SUCCESS);
+    assert_int_equal(tf->count, 2);
+    const tune_entry *fwd = strcmp(tf->entries[0].family, "nsa_fwd") == 0 ? &tf->entries[0] : &tf->entries[1];
+    assert_string_equal(fwd->family, "nsa_fwd");
+    int v[TUNE_MAX_PARAMS];
+    for (int i = 0; i < fwd->nparams; ++i) v[tune_param_find(&tune_families[TF_NSA_FWD], fwd->names[i])] = fwd->values[i];
+    /* every candidate it kept fits the smaller device */
+    clnsa_device_info small = *clnsa_context_device_info(env.ctx);
+    small.local_mem_size = 12288;
+    assert_true(tune_fits(&small, TF_NSA_FWD, v, &tiny, false, NULL, 0));
+    tune_file_free(tf);
+    FILE *f = fopen(out, "r");
+    char text[16384];
+    size_t n = fread(text, 1, sizeof text - 1, f);
+    fclose(f);
+    text[n] = '\0';
+    assert_non_null(strstr(text, "\"unfit\": "));
+    assert_null(strstr(text, "\"unfit\": 0,"));
+
+    clnsa_context *tuned = context_with(out, CLNSA_SUCCESS);
+    tune_choice c = choose(tuned, TF_NSA_FWD, &tiny);
+    expect(&c, TUNE_SRC_USER, v[0], v[1], v[2]);
+
+    nsa_case cs = tiny_case();
+    nsa_run a, b;
+    test_env te = env;
+    te.ctx = tuned;
+    nsa_run_setup(&env, &a, &cs, 9);
+    nsa_run_forward(&env, &a);
+    nsa_run_setup(&te, &b, &cs, 9);
+    nsa_run_forward(&te, &b);
+    char defines[96];
+    snprintf(defines, sizeof defines, "#define WG %d\n#define GT %d\n", v[0], v[1]);
+    assert_true(built_with(tuned, defines));
+    const double e = rel_l2(b.o, a.o, a.nq * cs.DV);
+    if (!(e <= 1e-5)) print_error("tuned forward differs from the default context's: rel L2 %.3g\n", e);
+    assert_true(e <= 1e-5);
+    nsa_run_free(&a);
+    nsa_run_free(&b);
+    clnsa_context_destroy(tuned);
+}
+
+static int setup(void **state)
+{
+    (void)state;
+    snprintf(tmpdir, sizeof tmpdir, "/tmp/clnsa-tuning-XXXXXX");
+    if (!mkdtemp(tmpdir)) return -1;
+    test_env_open(&env);
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    (void)state;
+    test_env_close(&env);
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", tmpdir);
+    return system(cmd) == 0 ? 0 : -1;
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_builtin_entries_resolve),
+        cmocka_unit_test(test_lookup_order),
+        cmocka_unit_test(test_database_entry_too_big),
+        cmocka_unit_test(test_reject_before_compiling),
+        cmocka_unit_test(test_tune_run),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}

@@ -1,0 +1,795 @@
+/* cmd_tune.c: `clnsa tune`, the search of a kernel family's parameters for a
+ * device and a shape class.
+ *
+ * Per family: the candidates are the product of the family's values
+ * (src/tuning/params.c), less those that do not fit the device (dropped
+ * before anything is compiled), all of them when they are few, else a seeded
+ * random sample; the safe default always comes first, as the baseline.
+ * Background threads build the candidates' programs (the tuning hook's
+ * build-only mode) while the main thread checks and times the ones already
+ * built. Each candidate's output is compared with the safe default's before
+ * it is timed: the check runs with f32 storage (the arithmetic is f32 in
+ * every dtype; in f16/bf16 one rounding flip would be above any useful
+ * threshold), on the same shape at --verify-T tokens, and must be bitwise
+ * equal or within 1e-5 relative L2 (the selected blocks: equal sets), so a
+ * wrong but fast candidate is never chosen. Times are the median over
+ * --repeat runs of the family's kernel alone, from OpenCL profiling events.
+ * The result is a tuning file the library reads as it is (CLNSA_TUNING_FILE,
+ * or tuning/ through --merge). */
+#include "cli_common.h"
+#include "cmds.h"
+#include "tune_common.h"
+
+#include <math.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+typedef struct {
+    int D, DV, G, H, block, S, dtype, T, window, budget, seed, repeat, verify_T, jobs, max_seconds;
+    const char *family, *out, *device;
+} tune_opts;
+
+/* ------------------------------------------------------------ one setup */
+
+/* The tensors of one op call at one size and dtype. */
+typedef struct {
+    bool bwd, given_idx;
+    int T, HQ, H, DK, DV, S;
+    clnsa_dtype dt;
+    cl_mem q, k, v, g[3], idx, o, lse[3], bi, dout, dq, dk, dv, dg[3], ws;
+    size_t ws_bytes;
+    clnsa_nsa_config cfg;
+    clnsa_nsa_inputs in;
+    clnsa_nsa_outputs out;
+    clnsa_nsa_grads gr;
+    clnsa_tensor dout_t;
+} op_setup;
+
+static uint64_t rng_next(uint64_t *s)
+{
+    uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+static cl_mem random_buffer(const cli_env *env, size_t n, float lo, float hi, clnsa_dtype dt, uint64_t *seed)
+{
+    float *x = cli_malloc(n * sizeof *x);
+    if (!x) return NULL;
+    for (size_t i = 0; i < n; ++i) x[i] = lo + (hi - lo) * (float)((rng_next(seed) >> 11) * 0x1.0p-53);
+    cl_mem m = cli_upload_f32(env, x, n, dt);
+    free(x);
+    return m;
+}
+
+static clnsa_tensor t4(cl_mem m, clnsa_dtype dt, int64_t a, int64_t b, int64_t c, int64_t d)
+{
+    const int64_t s[4] = {a, b, c, d};
+    return clnsa_tensor_contiguous(m, dt, 4, s);
+}
+
+static clnsa_tensor t3(cl_mem m, clnsa_dtype dt, int64_t a, int64_t b, int64_t c)
+{
+    const int64_t s[3] = {a, b, c};
+    return clnsa_tensor_contiguous(m, dt, 3, s);
+}
+
+static void setup_free(op_setup *s)
+{
+    cl_mem *all[] = {&s->q, &s->k, &s->v, &s->g[0], &s->g[1], &s->g[2], &s->idx, &s->o, &s->lse[0], &s->lse[1],
+                     &s->lse[2], &s->bi, &s->dout, &s->dq, &s->dk, &s->dv, &s->dg[0], &s->dg[1], &s->dg[2], &s->ws};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; ++i)
+        if (*all[i]) clReleaseMemObject(*all[i]);
+    memset(s, 0, sizeof *s);
+}
+
+static int run_plain(const cli_env *env, op_setup *s, bool bwd);
+
+/* Inputs of the NSA at T tokens in dtype dt: all three branches (the
+ * window only when --window > 0); given random causal block indices when
+ * given_idx (so that top-k does not run); for the backward, the forward's
+ * saved tensors are computed once here. */
+static int setup_make(const cli_env *env, op_setup *s, const tune_opts *o, int T, clnsa_dtype dt, bool bwd,
+                      bool given_idx)
+{
+    memset(s, 0, sizeof *s);
+    uint64_t seed = 0x5eed0000u + (uint64_t)o->seed;
+    s->bwd = bwd;
+    s->given_idx = given_idx;
+    s->T = T;
+    s->H = o->H;
+    s->HQ = o->G * o->H;
+    s->DK = o->D;
+    s->DV = o->DV;
+    s->S = o->S;
+    s->dt = dt;
+    const size_t nq = (size_t)T * s->HQ, nk = (size_t)T * s->H;
+    clnsa_nsa_config_init(&s->cfg);
+    s->cfg.block_size = s->cfg.cmp_block = s->cfg.cmp_stride = o->block;
+    s->cfg.block_count = o->S;
+    s->cfg.window = o->window;
+    const int ngate = o->window > 0 ? 3 : 2;
+    bool ok = (s->q = random_buffer(env, nq * s->DK, -1, 1, dt, &seed)) && (s->k = random_buffer(env, nk * s->DK, -1, 1, dt, &seed)) &&
+              (s->v = random_buffer(env, nk * s->DV, -1, 1, dt, &seed)) && (s->o = cli_fill(env, nq * s->DV, dt, 0)) &&
+              (s->bi = cli_buffer(env, nk * s->S * 4, NULL));
+    for (int i = 0; ok && i < ngate; ++i)
+        ok = (s->g[i] = random_buffer(env, nq, 0, 1, dt, &seed)) && (s->lse[i] = cli_buffer(env, nq * 4, NULL));
+    if (ok && given_idx) {
+        int32_t *idx = cli_malloc(nk * s->S * sizeof *idx);
+        ok = idx != NULL;
+        for (size_t r = 0; ok && r < nk; ++r) {
+            const int t = (int)(r / (size_t)s->H), nb = t / o->block + 1;
+            for (int j = 0; j < s->S; ++j) idx[r * s->S + j] = j < nb ? (int)(rng_next(&seed) % (uint64_t)nb) : -1;
+        }
+        ok = ok && (s->idx = cli_upload_i32(env, idx, nk * s->S));
+        free(idx);
+    }
+    if (ok && bwd) {
+        ok = (s->dout = random_buffer(env, nq * s->DV, -1, 1, dt, &seed)) && (s->dq = cli_buffer(env, nq * s->DK * 4, NULL)) &&
+             (s->dk = cli_buffer(env, nk * s->DK * 4, NULL)) && (s->dv = cli_buffer(env, nk * s->DV * 4, NULL));
+        for (int i = 0; ok && i < ngate; ++i) ok = (s->dg[i] = cli_buffer(env, nq * 4, NULL)) != NULL;
+    }
+    if (!ok) {
+        setup_free(s);
+        return -1;
+    }
+    clnsa_nsa_inputs *in = &s->in;
+    in->q = t4(s->q, dt, 1, T, s->HQ, s->DK);
+    in->k = t4(s->k, dt, 1, T, s->H, s->DK);
+    in->v = t4(s->v, dt, 1, T, s->H, s->DV);
+    clnsa_tensor *gates[3] = {&in->g_cmp, &in->g_slc, &in->g_swa};
+    for (int i = 0; i < ngate; ++i) *gates[i] = t3(s->g[i], dt, 1, T, s->HQ);
+    if (given_idx) in->block_indices = t4(s->idx, CLNSA_DTYPE_I32, 1, T, s->H, s->S);
+    clnsa_nsa_outputs *out = &s->out;
+    out->o = t4(s->o, dt, 1, T, s->HQ, s->DV);
+    clnsa_tensor *lses[3] = {&out->lse_cmp, &out->lse_slc, &out->lse_swa};
+    for (int i = 0; i < ngate; ++i) *lses[i] = t3(s->lse[i], CLNSA_DTYPE_F32, 1, T, s->HQ);
+    out->block_indices = t4(s->bi, CLNSA_DTYPE_I32, 1, T, s->H, s->S);
+    if (bwd) {
+        s->dout_t = t4(s->dout, dt, 1, T, s->HQ, s->DV);
+        s->gr.dq = t4(s->dq, dt, 1, T, s->HQ, s->DK);
+        s->gr.dk = t4(s->dk, dt, 1, T, s->H, s->DK);
+        s->gr.dv = t4(s->dv, dt, 1, T, s->H, s->DV);
+        clnsa_tensor *dg[3] = {&s->gr.dg_cmp, &s->gr.dg_slc, &s->gr.dg_swa};
+        for (int i = 0; i < ngate; ++i) *dg[i] = t3(s->dg[i], dt, 1, T, s->HQ);
+    }
+    size_t fb = 0, bb = 0;
+    clnsa_status st = clnsa_nsa_forward_workspace_size(env->ctx, env->queue, &s->cfg, in, out, &fb);
+    if (st == CLNSA_SUCCESS && bwd)
+        st = clnsa_nsa_backward_workspace_size(env->ctx, env->queue, &s->cfg, in, out, &s->dout_t, &s->gr, &bb);
+    if (st != CLNSA_SUCCESS) {
+        cli_report(env, "workspace size", st);
+        setup_free(s);
+        return -1;
+    }
+    s->ws_bytes = fb > bb ? fb : bb;
+    if (!(s->ws = cli_buffer(env, s->ws_bytes, NULL)) || (bwd && run_plain(env, s, false))) {
+        setup_free(s);
+        return -1;
+    }
+    return 0;
+}
+
+/* One call of the op (forward, or backward); its event in *done. */
+static clnsa_status call_op(const cli_env *env, op_setup *s, bool bwd, cl_event *done)
+{
+    if (bwd)
+        return clnsa_nsa_backward(env->ctx, env->queue, &s->cfg, &s->in, &s->out, &s->dout_t, &s->gr, s->ws, s->ws_bytes,
+                                  0, NULL, done);
+    return clnsa_nsa_forward(env->ctx, env->queue, &s->cfg, &s->in, &s->out, s->ws, s->ws_bytes, 0, NULL, done);
+}
+
+static int finish(const cli_env *env, clnsa_status st, cl_event ev, const char *what)
+{
+    if (st != CLNSA_SUCCESS) {
+        cli_report(env, what, st);
+        return -1;
+    }
+    cl_int err = ev ? clWaitForEvents(1, &ev) : CL_SUCCESS;
+    if (ev) clReleaseEvent(ev);
+    if (err != CL_SUCCESS) {
+        fprintf(stderr, "clnsa tune: %s: %s\n", what, cli_cl_error(err));
+        return -1;
+    }
+    return 0;
+}
+
+static int run_plain(const cli_env *env, op_setup *s, bool bwd)
+{
+    cl_event ev = NULL;
+    return finish(env, call_op(env, s, bwd, &ev), ev, bwd ? "NSA backward" : "NSA forward (saved tensors)");
+}
+
+/* ------------------------------------------------------------ outputs */
+
+typedef struct {
+    float *f[6];   /* forward: o, lse x3; backward: dq, dk, dv, dg x3 */
+    size_t n[6];
+    int32_t *bi;   /* forward when top-k ran */
+    size_t nbi;
+} op_result;
+
+static void result_free(op_result *r)
+{
+    for (int i = 0; i < 6; ++i) free(r->f[i]);
+    free(r->bi);
+    memset(r, 0, sizeof *r);
+}
+
+static int fetch(const cli_env *env, cl_mem m, size_t n, clnsa_dtype dt, float **out, size_t *nout)
+{
+    if (!m) return 0;
+    if (!(*out = cli_malloc(n * sizeof **out)) || cli_download_f32(env, m, n, dt, *out)) return -1;
+    *nout = n;
+    return 0;
+}
+
+static int result_get(const cli_env *env, const op_setup *s, op_result *r)
+{
+    memset(r, 0, sizeof *r);
+    const size_t nq = (size_t)s->T * s->HQ, nk = (size_t)s->T * s->H;
+    int rc = 0;
+    if (s->bwd) {
+        rc |= fetch(env, s->dq, nq * s->DK, s->dt, &r->f[0], &r->n[0]);
+        rc |= fetch(env, s->dk, nk * s->DK, s->dt, &r->f[1], &r->n[1]);
+        rc |= fetch(env, s->dv, nk * s->DV, s->dt, &r->f[2], &r->n[2]);
+        for (int i = 0; i < 3; ++i) rc |= fetch(env, s->dg[i], nq, s->dt, &r->f[3 + i], &r->n[3 + i]);
+    } else {
+        rc |= fetch(env, s->o, nq * s->DV, s->dt, &r->f[0], &r->n[0]);
+        for (int i = 0; i < 3; ++i) rc |= fetch(env, s->lse[i], nq, CLNSA_DTYPE_F32, &r->f[1 + i], &r->n[1 + i]);
+        if (!s->given_idx) {
+            r->nbi = nk * s->S;
+            rc |= !(r->bi = cli_malloc(r->nbi * sizeof *r->bi)) || cli_download_i32(env, s->bi, r->nbi, r->bi);
+        }
+    }
+    if (rc) result_free(r);
+    return rc ? -1 : 0;
+}
+
+/* Worst relative L2 error over the float outputs (0 when bitwise equal;
+ * -inf entries, as in lse, must match exactly); +inf on a NaN, a -inf
+ * mismatch or another set of selected blocks. */
+static double result_error(const op_result *a, const op_result *ref, int S)
+{
+    double worst = 0;
+    for (int i = 0; i < 6; ++i) {
+        if (!ref->f[i]) continue;
+        if (memcmp(a->f[i], ref->f[i], ref->n[i] * sizeof(float)) == 0) continue;
+        double num = 0, den = 0;
+        for (size_t j = 0; j < ref->n[i]; ++j) {
+            const double x = a->f[i][j], y = ref->f[i][j];
+            if (isinf(y) || isinf(x)) {
+                if (x != y) return INFINITY;
+                continue;
+            }
+            if (isnan(x) != isnan(y)) return INFINITY;
+            if (isnan(x)) continue;
+            num += (x - y) * (x - y);
+            den += y * y;
+        }
+        const double e = den > 0 ? sqrt(num / den) : sqrt(num);
+        if (e > worst) worst = e;
+    }
+    for (size_t r = 0; ref->bi && r < ref->nbi / (size_t)S; ++r)
+        for (int s = 0; s < S; ++s) {
+            bool found = false;
+            for (int u = 0; u < S && !found; ++u) found = a->bi[r * S + s] == ref->bi[r * S + u];
+            if (!found) return INFINITY;
+        }
+    return worst;
+}
+
+/* ---------------------------------------------------------- candidates */
+
+enum { C_PENDING, C_BUILDING, C_BUILT, C_BUILD_FAILED };
+enum { V_UNTESTED, V_OK, V_WRONG, V_RUN_FAILED, V_SKIPPED };
+
+typedef struct {
+    int v[TUNE_MAX_PARAMS];
+    int state, verdict;
+    double ms, err;
+    char why[200];
+} candidate;
+
+static bool same_values(const int *a, const int *b, int n)
+{
+    for (int i = 0; i < n; ++i)
+        if (a[i] != b[i]) return false;
+    return true;
+}
+
+/* Every combination of the family's values that fits (head tiles clamped
+ * to G, duplicates removed), the safe default first; a seeded random sample
+ * of `budget` when there are more. *unfit counts the dropped ones. */
+static candidate *make_candidates(const clnsa_device_info *info, int family, const tune_problem *pb, const int *safe,
+                                  int budget, uint64_t seed, int *count, int *space, int *unfit)
+{
+    const tune_family *f = &tune_families[family];
+    int total = 1;
+    for (int i = 0; i < f->nparams; ++i) total *= f->params[i].nvalues;
+    candidate *c = calloc((size_t)total + 1, sizeof *c);
+    if (!c) return NULL;
+    int n = 1;
+    memcpy(c[0].v, safe, sizeof c[0].v);
+    *unfit = 0;
+    for (int k = 0; k < total; ++k) {
+        int v[TUNE_MAX_PARAMS] = {0}, rest = k;
+        for (int i = 0; i < f->nparams; ++i) {
+            v[i] = f->params[i].values[rest % f->params[i].nvalues];
+            rest /= f->params[i].nvalues;
+        }
+        if (!tune_fits(info, family, v, pb, true, NULL, 0)) {
+            ++*unfit;
+            continue;
+        }
+        bool dup = false;
+        for (int j = 0; j < n && !dup; ++j) dup = same_values(c[j].v, v, f->nparams);
+        if (!dup) memcpy(c[n++].v, v, sizeof v);
+    }
+    *space = n;
+    if (budget < 1) budget = 1;
+    if (n > budget) { /* Fisher-Yates over the non-default ones, keep budget - 1 */
+        for (int i = n - 1; i > 1; --i) {
+            int j = 1 + (int)(rng_next(&seed) % (uint64_t)i);
+            candidate t = c[i];
+            c[i] = c[j];
+            c[j] = t;
+        }
+        n = budget;
+    }
+    *count = n;
+    return c;
+}
+
+/* ------------------------------------------------------- background builds */
+
+typedef struct {
+    const cli_env *env;
+    op_setup *setups[2]; /* check, timing */
+    int family, n, next;
+    candidate *c;
+    bool stop;
+    pthread_mutex_t m;
+    pthread_cond_t cv;
+} builder;
+
+/* Builds candidate i's programs (both setups) with the hook's build-only mode. */
+static void build_one(builder *b, candidate *c)
+{
+    tune_hook h = {b->env->ctx, b->family, {0}, true, NULL, {0}, 0};
+    memcpy(h.v, c->v, sizeof h.v);
+    tune_hook_set(&h);
+    clnsa_status st = CLNSA_SUCCESS;
+    for (int i = 0; i < 2 && st == CLNSA_SUCCESS; ++i) st = call_op(b->env, b->setups[i], b->setups[i]->bwd, NULL);
+    tune_hook_set(NULL);
+    pthread_mutex_lock(&b->m);
+    if (st != CLNSA_SUCCESS) {
+        snprintf(c->why, sizeof c->why, "%s: %s", clnsa_status_string(st), clnsa_last_error(b->env->ctx));
+        char *nl = strchr(c->why, '\n');
+        if (nl) *nl = '\0';
+    }
+    c->state = st == CLNSA_SUCCESS ? C_BUILT : C_BUILD_FAILED;
+    pthread_cond_broadcast(&b->cv);
+    pthread_mutex_unlock(&b->m);
+}
+
+/* Claims the next candidate not yet built, or NULL. */
+static candidate *claim(builder *b)
+{
+    pthread_mutex_lock(&b->m);
+    candidate *c = NULL;
+    while (!b->stop && !c && b->next < b->n) {
+        c = &b->c[b->next++];
+        if (c->state != C_PENDING) c = NULL;
+    }
+    if (c) c->state = C_BUILDING;
+    pthread_mutex_unlock(&b->m);
+    return c;
+}
+
+static void *builder_main(void *arg)
+{
+    builder *b = arg;
+    for (candidate *c; (c = claim(b));) build_one(b, c);
+    return NULL;
+}
+
+/* Waits until candidate c is built; without build threads, builds it here. */
+static void wait_built(builder *b, candidate *c, bool threads)
+{
+    pthread_mutex_lock(&b->m);
+    const bool mine = !threads && c->state == C_PENDING;
+    if (mine) c->state = C_BUILDING;
+    pthread_mutex_unlock(&b->m);
+    if (mine) build_one(b, c);
+    pthread_mutex_lock(&b->m);
+    while (c->state == C_PENDING || c->state == C_BUILDING) pthread_cond_wait(&b->cv, &b->m);
+    pthread_mutex_unlock(&b->m);
+}
+
+/* ------------------------------------------------------- check and time */
+
+/* Runs the op once with the candidate forced; the summed device time of
+ * the family's kernel in *ms when ms is non-NULL. */
+static int run_forced(const cli_env *env, op_setup *s, int family, const int *v, double *ms)
+{
+    tune_hook h = {env->ctx, family, {0}, false, ms ? tune_families[family].kernel : NULL, {0}, 0};
+    memcpy(h.v, v, sizeof h.v);
+    cl_event ev = NULL;
+    tune_hook_set(&h);
+    clnsa_status st = call_op(env, s, s->bwd, &ev);
+    tune_hook_set(NULL);
+    int rc = finish(env, st, ev, "run");
+    double total = 0;
+    for (int i = 0; i < h.nevents; ++i) {
+        cl_ulong t0 = 0, t1 = 0;
+        if (clGetEventProfilingInfo(h.events[i], CL_PROFILING_COMMAND_START, sizeof t0, &t0, NULL) != CL_SUCCESS ||
+            clGetEventProfilingInfo(h.events[i], CL_PROFILING_COMMAND_END, sizeof t1, &t1, NULL) != CL_SUCCESS)
+            rc = -1;
+        total += t1 > t0 ? (double)(t1 - t0) * 1e-6 : 0;
+        clReleaseEvent(h.events[i]);
+    }
+    if (ms && rc == 0 && h.nevents == 0) {
+        fprintf(stderr, "clnsa tune: kernel %s did not run\n", tune_families[family].kernel);
+        rc = -1;
+    }
+    if (ms) *ms = total;
+    return rc;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    const double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static int time_candidate(const cli_env *env, op_setup *s, int family, const int *v, int repeat, double *median)
+{
+    double ms[64];
+    if (repeat > 64) repeat = 64;
+    if (run_forced(env, s, family, v, &ms[0])) return -1; /* warm-up */
+    for (int i = 0; i < repeat; ++i)
+        if (run_forced(env, s, family, v, &ms[i])) return -1;
+    qsort(ms, (size_t)repeat, sizeof ms[0], cmp_double);
+    *median = ms[repeat / 2];
+    return 0;
+}
+
+/* ------------------------------------------------------------ progress */
+
+static void progress(const char *family, int done, int n, double best, double base, double elapsed_s, bool tty)
+{
+    char bar[25];
+    const int w = (int)sizeof bar - 1, fill = n ? done * w / n : w;
+    for (int i = 0; i < w; ++i) bar[i] = i < fill ? '#' : '.';
+    bar[w] = '\0';
+    const double eta = done ? elapsed_s / done * (n - done) : 0;
+    char best_s[64] = "best -";
+    if (best > 0) snprintf(best_s, sizeof best_s, "best %.4g ms (x%.2f)", best, base > 0 ? base / best : 1.0);
+    fprintf(stderr, "%s%-12s [%s] %3d/%-3d %s  ETA %d:%02d   %s", tty ? "\r" : "", family, bar, done, n, best_s,
+            (int)eta / 60, (int)eta % 60, tty ? "" : "\n");
+    fflush(stderr);
+}
+
+/* -------------------------------------------------------------- a family */
+
+typedef struct {
+    int family;
+    tune_problem pb;
+    candidate *c;
+    int n, space, unfit, best, wrong, failed;
+    double seconds;
+} family_result;
+
+/* The fastest few and the safe default timed again, interleaved run by run
+ * (so that a drift of the device's speed hits them alike), their medians
+ * replacing the first ones: one lucky first timing cannot win alone. */
+static int confirm(const cli_env *env, op_setup *s, family_result *fr, int repeat)
+{
+    int idx[4] = {0}, n = 1;
+    for (int k = 0; k < 3; ++k) { /* the three fastest others, by their first timing */
+        int pick = -1;
+        for (int i = 1; i < fr->n; ++i) {
+            bool taken = false;
+            for (int j = 0; j < n; ++j) taken = taken || idx[j] == i;
+            if (!taken && fr->c[i].verdict == V_OK && (pick < 0 || fr->c[i].ms < fr->c[pick].ms)) pick = i;
+        }
+        if (pick >= 0) idx[n++] = pick;
+    }
+    double ms[4][64];
+    if (repeat > 64) repeat = 64;
+    for (int r = 0; r < repeat; ++r)
+        for (int j = 0; j < n; ++j)
+            if (run_forced(env, s, fr->family, fr->c[idx[j]].v, &ms[j][r])) return -1;
+    fr->best = 0;
+    for (int j = 0; j < n; ++j) {
+        qsort(ms[j], (size_t)repeat, sizeof ms[j][0], cmp_double);
+        fr->c[idx[j]].ms = ms[j][repeat / 2];
+        if (fr->c[idx[j]].ms < fr->c[fr->best].ms) fr->best = idx[j];
+    }
+    return 0;
+}
+
+static int tune_family_run(const cli_env *env, const tune_opts *o, int family, double deadline, family_result *fr)
+{
+    const tune_family *f = &tune_families[family];
+    const bool bwd = family == TF_NSA_BWD_PRE || family == TF_NSA_BWD_DQ || family == TF_NSA_DKDV;
+    const bool given_idx = family == TF_NSA_FWD;
+    memset(fr, 0, sizeof *fr);
+    fr->family = family;
+    fr->best = -1;
+    const tune_problem pb = {o->D, o->DV, o->G, o->block, cli_dtype_from_choice(o->dtype), o->S, o->block, o->block};
+    fr->pb = pb;
+    int safe[TUNE_MAX_PARAMS] = {0};
+    if (!tune_safe_default(env->info, family, &pb, safe)) {
+        fprintf(stderr, "clnsa tune: %s: even the smallest tiles do not fit this device\n", f->name);
+        return -1;
+    }
+    fr->c = make_candidates(env->info, family, &pb, safe, o->budget, (uint64_t)o->seed * 7919u + (uint64_t)family,
+                            &fr->n, &fr->space, &fr->unfit);
+    if (!fr->c) return -1;
+    op_setup check, timing;
+    const int vt = o->verify_T < o->T ? o->verify_T : o->T;
+    if (setup_make(env, &check, o, vt, CLNSA_DTYPE_F32, bwd, given_idx)) return -1;
+    if (setup_make(env, &timing, o, o->T, pb.dtype, bwd, given_idx)) {
+        setup_free(&check);
+        return -1;
+    }
+    const double t0 = cli_now_ms();
+    fprintf(stderr, "%s: %d candidates fit (%d dropped before compiling: they do not fit the device), timing %d%s\n",
+            f->name, fr->space, fr->unfit, fr->n, fr->n < fr->space ? " (seeded random sample)" : " (all)");
+
+    builder b = {env, {&check, &timing}, family, fr->n, 0, fr->c, false, PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER};
+    /* On a CPU device the compiler would run on the cores being timed: build
+     * in the foreground there unless --jobs says otherwise. */
+    pthread_t th[8];
+    const int nth = o->jobs >= 0 ? (o->jobs > 8 ? 8 : o->jobs) : env->info->is_gpu ? 2 : 0;
+    int started = 0;
+    for (int i = 0; i < nth; ++i) started += pthread_create(&th[started], NULL, builder_main, &b) == 0;
+
+    op_result ref = {0};
+    const bool tty = isatty(2);
+    int rc = 0;
+    for (int i = 0; i < fr->n && rc == 0; ++i) {
+        candidate *c = &fr->c[i];
+        if (i > 0 && cli_now_ms() > deadline) { /* out of time: keep what was measured */
+            for (int j = i; j < fr->n; ++j) fr->c[j].verdict = V_SKIPPED;
+            break;
+        }
+        wait_built(&b, c, started > 0);
+        op_result r = {0};
+        if (c->state == C_BUILD_FAILED) {
+            c->verdict = V_RUN_FAILED;
+        } else if (run_forced(env, &check, family, c->v, NULL) || result_get(env, &check, i ? &r : &ref)) {
+            c->verdict = V_RUN_FAILED;
+            snprintf(c->why, sizeof c->why, "the check run failed");
+        } else if (i > 0 && !((c->err = result_error(&r, &ref, o->S)) <= 1e-5)) {
+            c->verdict = V_WRONG;
+            snprintf(c->why, sizeof c->why, "output differs from the safe default's (rel L2 %.3g)", c->err);
+        } else if (time_candidate(env, &timing, family, c->v, o->repeat, &c->ms)) {
+            c->verdict = V_RUN_FAILED;
+            snprintf(c->why, sizeof c->why, "the timed run failed");
+        } else {
+            c->verdict = V_OK;
+            if (fr->best < 0 || c->ms < fr->c[fr->best].ms) fr->best = i;
+        }
+        result_free(&r);
+        if (i == 0 && c->verdict != V_OK) {
+            fprintf(stderr, "clnsa tune: %s: the safe default %s failed: %s\n", f->name, "run", c->why);
+            rc = -1;
+        }
+        fr->wrong += c->verdict == V_WRONG;
+        fr->failed += c->verdict == V_RUN_FAILED;
+        if (c->verdict == V_WRONG || c->verdict == V_RUN_FAILED) {
+            char p[96];
+            fprintf(stderr, "%s%s: dropped %s: %s\n", tty ? "\n" : "", f->name, tune_params_str(f, c->v, p, sizeof p), c->why);
+        }
+        progress(f->name, i + 1, fr->n, fr->best >= 0 ? fr->c[fr->best].ms : 0, fr->c[0].verdict == V_OK ? fr->c[0].ms : 0,
+                 (cli_now_ms() - t0) * 1e-3, tty);
+    }
+    if (tty) fputc('\n', stderr);
+    pthread_mutex_lock(&b.m);
+    b.stop = true;
+    pthread_mutex_unlock(&b.m);
+    for (int i = 0; i < started; ++i) pthread_join(th[i], NULL);
+    if (rc == 0 && fr->best > 0 && confirm(env, &timing, fr, o->repeat)) rc = -1;
+    result_free(&ref);
+    setup_free(&check);
+    setup_free(&timing);
+    fr->seconds = (cli_now_ms() - t0) * 1e-3;
+    return rc == 0 && fr->best >= 0 ? 0 : -1;
+}
+
+/* ------------------------------------------------------------------ JSON */
+
+static int cmp_by_ms(const void *a, const void *b)
+{
+    const candidate *x = a, *y = b;
+    return (x->ms > y->ms) - (x->ms < y->ms);
+}
+
+static js_value entry_json(const cli_env *env, const tune_opts *o, const family_result *fr)
+{
+    const tune_family *f = &tune_families[fr->family];
+    const clnsa_device_info *info = env->info;
+    const candidate *best = &fr->c[fr->best], *base = &fr->c[0];
+    js_value e = {.type = JS_OBJECT};
+    js_object_set(&e, "vendor", js_make_string(tune_vendor_key(info->vendor)));
+    js_object_set(&e, "architecture", js_make_string(info->architecture));
+    js_object_set(&e, "device", js_make_string(info->name));
+    js_object_set(&e, "family", js_make_string(f->name));
+    js_object_set(&e, "shape", tune_shape_json(&fr->pb));
+    js_object_set(&e, "params", tune_params_json(f, best->v));
+    js_object_set(&e, "time_ms", js_make_number(best->ms));
+    js_value def = {.type = JS_OBJECT};
+    js_object_set(&def, "params", tune_params_json(f, base->v));
+    js_object_set(&def, "time_ms", js_make_number(base->ms));
+    js_object_set(&e, "safe_default", def);
+    js_object_set(&e, "speedup", js_make_number(round(base->ms / best->ms * 1000) / 1000));
+    js_object_set(&e, "driver", js_make_string(info->driver_version));
+    js_object_set(&e, "platform", js_make_string(info->platform_name));
+    js_object_set(&e, "clnsa", js_make_string(clnsa_version()));
+    char date[32];
+    const time_t now = time(NULL);
+    strftime(date, sizeof date, "%Y-%m-%d", gmtime(&now));
+    js_object_set(&e, "date", js_make_string(date));
+    js_value with = {.type = JS_OBJECT};
+    const char *keys[] = {"T", "H", "S", "window", "verify_T", "seed", "repeat", "space", "unfit", "timed", "wrong", "failed"};
+    const int vals[] = {o->T, o->H, o->S, o->window, o->verify_T < o->T ? o->verify_T : o->T, o->seed, o->repeat,
+                        fr->space, fr->unfit, fr->n, fr->wrong, fr->failed};
+    for (size_t i = 0; i < sizeof vals / sizeof vals[0]; ++i) js_object_set(&with, keys[i], js_make_number(vals[i]));
+    js_object_set(&e, "tuned_with", with);
+    /* every verified timing, fastest first: what --merge compares across devices */
+    candidate *ok = calloc((size_t)fr->n, sizeof *ok);
+    int nok = 0;
+    for (int i = 0; ok && i < fr->n; ++i)
+        if (fr->c[i].verdict == V_OK) ok[nok++] = fr->c[i];
+    if (ok) qsort(ok, (size_t)nok, sizeof *ok, cmp_by_ms);
+    js_value res = {.type = JS_ARRAY};
+    for (int i = 0; i < nok; ++i) {
+        js_value r = {.type = JS_OBJECT};
+        js_object_set(&r, "params", tune_params_json(f, ok[i].v));
+        js_object_set(&r, "ms", js_make_number(round(ok[i].ms * 1e4) / 1e4));
+        js_array_push(&res, r);
+    }
+    free(ok);
+    js_object_set(&e, "results", res);
+    return e;
+}
+
+/* -------------------------------------------------------------- command */
+
+static const char *const family_names = "nsa_fwd, nsa_bwd_pre, nsa_bwd_dq, nsa_topk, nsa_bwd_dkdv; nsa or all: every one";
+
+static void usage(FILE *f, const cli_opt *opts, size_t n)
+{
+    fprintf(f, "usage: clnsa tune --family F[,F...] [options]\n"
+               "       clnsa tune --merge a.json [b.json ...] --into DIR\n\n"
+               "Searches a kernel family's parameters on a device for a shape class (head dims, GQA group,\n"
+               "selection block, dtype) and writes the best as a tuning file, which the library reads as it is\n"
+               "(CLNSA_TUNING_FILE=FILE, or clnsa_context_options.tuning_file). Every candidate's output is\n"
+               "checked against the safe default's before it is timed. Families: %s.\n"
+               "--merge folds tuning files into DIR/<vendor>.json (the repo's tuning/), with per-architecture\n"
+               "defaults: the configuration of least mean relative time across the architecture's devices.\n\n",
+            family_names);
+    cli_print_opts(f, opts, n);
+}
+
+static int parse_families(const char *s, bool *on)
+{
+    char buf[256];
+    snprintf(buf, sizeof buf, "%s", s);
+    int n = 0;
+    for (char *tok = strtok(buf, ","); tok; tok = strtok(NULL, ",")) {
+        if (strcmp(tok, "all") == 0 || strcmp(tok, "nsa") == 0) {
+            for (int i = 0; i < TF_COUNT; ++i) on[i] = true;
+            n += TF_COUNT;
+            continue;
+        }
+        int f = tune_family_find(tok);
+        if (f < 0) {
+            fprintf(stderr, "clnsa tune: --family: unknown family '%s' (%s)\n", tok, family_names);
+            return -1;
+        }
+        on[f] = true;
+        ++n;
+    }
+    if (!n) fprintf(stderr, "clnsa tune: --family: expected a family (%s)\n", family_names);
+    return n ? 0 : -1;
+}
+
+int cmd_tune(int argc, char **argv)
+{
+    if (argc > 2 && strcmp(argv[2], "--merge") == 0) return tune_merge(argc, argv);
+    tune_opts o = {128, 0, 16, 4, 64, 16, 2, 4096, 512, 24, 1, 5, 1024, -1, 0, NULL, NULL, NULL};
+    const cli_opt opts[] = {
+        {"--family", OPT_STRING, &o.family, 0, 0, NULL, "F", "families to tune, comma-separated (required)"},
+        {"--D", OPT_INT, &o.D, 8, 256, NULL, "N", "head dim of q and k (default 128)"},
+        {"--DV", OPT_INT, &o.DV, 8, 256, NULL, "N", "head dim of v (default: --D)"},
+        {"--G", OPT_INT, &o.G, 1, 256, NULL, "N", "GQA group: query heads per KV head (default 16)"},
+        {"--block", OPT_INT, &o.block, 1, 4096, NULL, "N", "selection block = compression block and stride (default 64)"},
+        {"--dtype", OPT_CHOICE, &o.dtype, 0, 0, "f32|f16|bf16", NULL, "storage dtype (default bf16)"},
+        {"--T", OPT_INT, &o.T, 1, 1 << 20, NULL, "N", "tokens of the timed runs (default 4096)"},
+        {"--H", OPT_INT, &o.H, 1, 256, NULL, "N", "KV heads of the timed runs (default 4)"},
+        {"--S", OPT_INT, &o.S, 1, 256, NULL, "N", "selected blocks per query (default 16)"},
+        {"--window", OPT_INT, &o.window, 0, 1 << 20, NULL, "N", "sliding window, 0 = off (default 512)"},
+        {"--budget", OPT_INT, &o.budget, 1, 100000, NULL, "N", "candidates timed per family, the safe default included (default 24)"},
+        {"--seed", OPT_INT, &o.seed, 0, 1 << 30, NULL, "N", "seed of the sample and the inputs (default 1)"},
+        {"--repeat", OPT_INT, &o.repeat, 1, 64, NULL, "N", "timed runs per candidate, median taken (default 5)"},
+        {"--verify-T", OPT_INT, &o.verify_T, 1, 1 << 20, NULL, "N", "tokens of the f32 check runs (default 1024, at most --T)"},
+        {"--jobs", OPT_INT, &o.jobs, 0, 8, NULL, "N", "background build threads (default 2 on a GPU, 0 elsewhere: the compiler would share the cores being timed)"},
+        {"--max-seconds", OPT_INT, &o.max_seconds, 0, 1 << 30, NULL, "N", "stop searching after N s, shared by the families (default 0 = no limit)"},
+        {"--out", OPT_STRING, &o.out, 0, 0, NULL, "FILE", "write the tuning file here (default: print it)"},
+        {"--device", OPT_STRING, &o.device, 0, 0, NULL, "P:D", "device (default: as clnsa run)"},
+    };
+    const size_t nopts = sizeof opts / sizeof opts[0];
+    int rc = cli_parse("tune", argc, argv, 2, opts, nopts, NULL);
+    if (rc < 0) {
+        usage(stdout, opts, nopts);
+        return CLI_OK;
+    }
+    if (rc) return rc;
+    bool on[TF_COUNT] = {false};
+    if (!o.family) {
+        fprintf(stderr, "clnsa tune: --family is required (%s)\n", family_names);
+        return CLI_USAGE;
+    }
+    if (parse_families(o.family, on)) return CLI_USAGE;
+    if (!o.DV) o.DV = o.D;
+    if (o.D % 8 || o.DV % 8) {
+        fprintf(stderr, "clnsa tune: --D and --DV must be multiples of 8\n");
+        return CLI_USAGE;
+    }
+    cli_env env;
+    if (cli_open(&env, o.device)) return CLI_FAIL;
+    printf("device: %s (%s, driver %s, %s)\nshape class: D=%d DV=%d G=%d block=%d %s; timed at T=%d H=%d S=%d window=%d\n",
+           env.info->name, env.info->platform_name, env.info->driver_version, env.info->architecture, o.D, o.DV, o.G,
+           o.block, clnsa_dtype_name(cli_dtype_from_choice(o.dtype)), o.T, o.H, o.S, o.window);
+    js_value entries = {.type = JS_ARRAY};
+    int nfam = 0, failed = 0;
+    for (int f = 0; f < TF_COUNT; ++f) nfam += on[f];
+    const double start = cli_now_ms();
+    printf("%-13s %-26s %10s   %-26s %10s %7s\n", "family", "safe default", "ms", "tuned", "ms", "gain");
+    for (int f = 0, left = nfam; f < TF_COUNT; ++f) {
+        if (!on[f]) continue;
+        double deadline = 1e300;
+        if (o.max_seconds > 0) {
+            const double remaining = start + o.max_seconds * 1e3 - cli_now_ms();
+            deadline = cli_now_ms() + (remaining > 0 ? remaining / left : 0);
+        }
+        --left;
+        family_result fr;
+        if (tune_family_run(&env, &o, f, deadline, &fr)) {
+            ++failed;
+            free(fr.c);
+            continue;
+        }
+        const tune_family *fam = &tune_families[f];
+        char a[96], b[96];
+        const candidate *best = &fr.c[fr.best];
+        printf("%-13s %-26s %10.4f   %-26s %10.4f %6.2fx  (%d timed, %d wrong, %d failed, %.0f s)\n", fam->name,
+               tune_params_str(fam, fr.c[0].v, a, sizeof a), fr.c[0].ms, tune_params_str(fam, best->v, b, sizeof b), best->ms,
+               fr.c[0].ms / best->ms, fr.n, fr.wrong, fr.failed, fr.seconds);
+        fflush(stdout);
+        js_array_push(&entries, entry_json(&env, &o, &fr));
+        free(fr.c);
+        if (o.out && tune_write_file(o.out, &entries)) ++failed; /* after each family: a timeout keeps the rest */
+    }
+    if (!o.out) {
+        js_value doc = {.type = JS_OBJECT};
+        js_object_set(&doc, "clnsa_tuning", js_make_number(1));
+        js_object_set(&doc, "entries", entries);
+        js_write(stdout, &doc, 0);
+        fputc('\n', stdout);
+        js_free(&doc);
+    } else {
+        printf("wrote %s\n", o.out);
+        js_free(&entries);
+    }
+    cli_close(&env);
+    return failed ? CLI_FAIL : CLI_OK;
+}

@@ -7,5 +7,9 @@ apt-get update -qq
 apt-get install -y -qq --no-install-recommends \
     build-essential meson ninja-build pkg-config python3 \
     ocl-icd-opencl-dev opencl-c-headers clinfo \
-    libclblast-dev libcmocka-dev pocl-opencl-icd >/dev/null
+    libclblast-dev libcmocka-dev pocl-opencl-icd \
+    mesa-opencl-icd oclgrind clang libclang-rt-14-dev >/dev/null
+# mesa-opencl-icd (rusticl on llvmpipe, enabled by RUSTICL_ENABLE=llvmpipe),
+# oclgrind, clang and its libFuzzer / sanitizer runtimes: the reliability
+# matrix of .ci/matrix.sh (docs/RELIABILITY.md).
 echo "install-deps: done ($(meson --version) meson, $(pkg-config --modversion clblast) CLBlast)"

@@ -50,6 +50,7 @@ struct clnsa_context {
     char *cache_dir;          /* on-disk program cache; NULL: off */
     struct tune_file *tuning; /* the user's tuning file; NULL: none */
     program_stats stats;
+    int blas_used; /* CLBlast was called for this context (atomic; see clnsa_context_destroy) */
 };
 
 /* ---------------------------------------------------------------- tensors */

@@ -579,7 +579,7 @@ static int tune_family_run(const cli_env *env, const tune_opts *o, int family, d
         }
         result_free(&r);
         if (i == 0 && c->verdict != V_OK) {
-            fprintf(stderr, "clnsa tune: %s: the safe default %s failed: %s\n", f->name, "run", c->why);
+            fprintf(stderr, "clnsa tune: %s: the safe default failed: %s\n", f->name, c->why);
             rc = -1;
         }
         fr->wrong += c->verdict == V_WRONG;

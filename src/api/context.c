@@ -2,6 +2,8 @@
 #include "internal.h"
 #include "tuning/tuning.h"
 
+#include <clblast_c.h>
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -81,6 +83,16 @@ clnsa_status clnsa_context_create(cl_context cl_ctx, cl_device_id device,
 void clnsa_context_destroy(clnsa_context *ctx)
 {
     if (!ctx) return;
+    /* CLBlast keeps the programs it built in a process-wide cache keyed by
+     * cl_context, which it only empties at exit. Those programs hold the
+     * caller's cl_context (a program retains its context), so without this
+     * every context that ran linear compression would live until exit, and
+     * at exit CLBlast would release programs of long-gone contexts after
+     * other libraries' exit handlers ran (Oclgrind's runtime aborts with
+     * "corrupted double-linked list" there). The cache has no per-context
+     * eviction: this empties it for the whole process, which only costs
+     * other CLBlast users a rebuild. */
+    if (__atomic_load_n(&ctx->blas_used, __ATOMIC_RELAXED)) CLBlastClearCache();
     for (program_entry *e = ctx->programs, *next; e; e = next) {
         next = e->next;
         if (e->program) clReleaseProgram(e->program);

@@ -71,6 +71,7 @@ static clnsa_status enqueue_gemm(clnsa_context *ctx, const plan_step *s, cmd_cha
     if (st != CLNSA_SUCCESS) return st;
     cl_event ev = NULL;
     cl_command_queue q = chain->queue;
+    __atomic_store_n(&ctx->blas_used, 1, __ATOMIC_RELAXED);
     CLBlastStatusCode bs = CLBlastSgemmWithTempBuffer(
         CLBlastLayoutRowMajor, s->trans_a ? CLBlastTransposeYes : CLBlastTransposeNo,
         s->trans_b ? CLBlastTransposeYes : CLBlastTransposeNo, s->m, s->n, s->k, 1.0f, s->gemm_buf, s->a_off, s->a_ld,

@@ -12,21 +12,24 @@ clnsa_tensor clnsa_tensor_contiguous(cl_mem data, clnsa_dtype dtype, int rank, c
     t.data = data;
     t.dtype = dtype;
     t.rank = rank < 0 ? 0 : (rank > CLNSA_MAX_RANK ? CLNSA_MAX_RANK : rank);
-    int64_t s = 1;
+    uint64_t s = 1; /* unsigned: absurd shapes wrap (the bounds check rejects them) instead of overflowing */
     for (int i = t.rank - 1; i >= 0; --i) {
         t.shape[i] = shape ? shape[i] : 0;
-        t.strides[i] = s;
-        s *= t.shape[i] > 0 ? t.shape[i] : 1;
+        t.strides[i] = (int64_t)(s & INT64_MAX);
+        s *= t.shape[i] > 0 ? (uint64_t)t.shape[i] : 1u;
     }
     return t;
 }
 
 uint64_t tensor_extent(const clnsa_tensor *t)
 {
+    /* Also called on tensors an op ignores (never validated): their rank
+     * may be anything, the arrays hold CLNSA_MAX_RANK. */
+    const int rank = t->rank < CLNSA_MAX_RANK ? t->rank : CLNSA_MAX_RANK;
     uint64_t last = t->offset;
-    for (int i = 0; i < t->rank; ++i) {
+    for (int i = 0; i < rank; ++i) {
         if (t->shape[i] == 0) return 0;
-        last += (uint64_t)(t->shape[i] - 1) * (uint64_t)t->strides[i];
+        last += ((uint64_t)t->shape[i] - 1u) * (uint64_t)t->strides[i];
     }
     return last + 1;
 }
@@ -43,7 +46,7 @@ static bool extent_bytes(const clnsa_tensor *t, uint64_t *bytes)
         }
     for (int i = 0; i < t->rank; ++i) {
         uint64_t step;
-        if (__builtin_mul_overflow((uint64_t)(t->shape[i] - 1), (uint64_t)t->strides[i], &step) ||
+        if (__builtin_mul_overflow((uint64_t)t->shape[i] - 1u, (uint64_t)t->strides[i], &step) ||
             __builtin_add_overflow(last, step, &last))
             return false;
     }
@@ -217,9 +220,41 @@ clnsa_status chain_kernel(clnsa_context *ctx, cmd_chain *c, cl_kernel k, const s
     const cl_event *w;
     chain_waits(c, &n, &w);
     cl_event ev = NULL;
+    if (getenv("CLNSA_TRACE_KERNELS")) { /* test hook: which kernels ran (coverage of the Oclgrind runs) */
+        char name[128] = "?";
+        clGetKernelInfo(k, CL_KERNEL_FUNCTION_NAME, sizeof name, name, NULL);
+        name[sizeof name - 1] = '\0';
+        fprintf(stderr, "clnsa-trace: kernel %s local %zu\n", name, local ? local[0] : 0);
+    }
+    /* The device's limits, as probed (lowered by CLNSA_MAX_LOCAL_MEM /
+     * CLNSA_MAX_WORK_GROUP to simulate other vendors): a kernel that would
+     * not fit them is refused here, so that a simulated limit is as strict
+     * as a real one; and the work-group size must be the kernel's
+     * reqd_work_group_size. */
+    size_t reqd[3] = {0, 0, 0};
+    cl_ulong kmem = 0;
+    if (local && clGetKernelWorkGroupInfo(k, ctx->device, CL_KERNEL_COMPILE_WORK_GROUP_SIZE, sizeof reqd, reqd, NULL) ==
+                     CL_SUCCESS && reqd[0] && reqd[0] != local[0])
+        return cx_fail(ctx, CLNSA_ERROR_INVALID_ARGUMENT, "internal: kernel enqueued with a work-group of %zu, but compiled for %zu",
+                       local[0], reqd[0]);
+    if (local && local[0] * local[1] * local[2] > ctx->info.max_work_group_size)
+        return cx_fail(ctx, CLNSA_ERROR_UNSUPPORTED_DEVICE, "device: a work-group of %zu exceeds the device's maximum %zu",
+                       local[0] * local[1] * local[2], ctx->info.max_work_group_size);
+    if (clGetKernelWorkGroupInfo(k, ctx->device, CL_KERNEL_LOCAL_MEM_SIZE, sizeof kmem, &kmem, NULL) == CL_SUCCESS &&
+        kmem > ctx->info.local_mem_size)
+        return cx_fail(ctx, CLNSA_ERROR_UNSUPPORTED_DEVICE, "device: a kernel needs %llu bytes of local memory, the device has %llu",
+                       (unsigned long long)kmem, (unsigned long long)ctx->info.local_mem_size);
+    if (getenv("CLNSA_TRACE_KERNELS")) fprintf(stderr, "clnsa-trace: local memory %llu of %llu\n", (unsigned long long)kmem,
+                                               (unsigned long long)ctx->info.local_mem_size);
     const cl_int fault = injected_fault();
     cl_int err = fault != CL_SUCCESS ? fault : clEnqueueNDRangeKernel(c->queue, k, 3, NULL, global, local, n, w, &ev);
-    if (err != CL_SUCCESS) return cx_fail_cl(ctx, err, "clEnqueueNDRangeKernel");
+    if (err != CL_SUCCESS) {
+        char name[128] = "?", what[192];
+        clGetKernelInfo(k, CL_KERNEL_FUNCTION_NAME, sizeof name, name, NULL);
+        name[sizeof name - 1] = '\0';
+        snprintf(what, sizeof what, "clEnqueueNDRangeKernel (kernel %s)", name);
+        return cx_fail_cl(ctx, err, what);
+    }
     chain_adopt(c, ev);
     return CLNSA_SUCCESS;
 }

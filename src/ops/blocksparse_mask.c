@@ -231,8 +231,10 @@ clnsa_status clnsa_block_mask_from_host(clnsa_context *ctx, cl_command_queue que
         if (mask->shape[i] > 1 && mask->strides[i] != s)
             return cx_fail(ctx, CLNSA_ERROR_INVALID_LAYOUT, "mask: expected a contiguous (C-order) view, got stride %lld in dim %d",
                            (long long)mask->strides[i], i);
-        s *= mask->shape[i];
-        n *= mask->shape[i];
+        /* checked: a broadcast extent (stride 0) passes the bounds check at any size */
+        if (__builtin_mul_overflow(s, mask->shape[i], &s) || __builtin_mul_overflow(n, mask->shape[i], &n))
+            return cx_fail(ctx, CLNSA_ERROR_INVALID_ARGUMENT, "mask: expected at most 2^63 entries, got shape extent %lld in dim %d",
+                           (long long)mask->shape[i], i);
     }
     if (n == 0) return run_plan(ctx, queue, &(bs_plan){0}, CLNSA_SUCCESS, nwait, wait, event);
     cl_int *staging = malloc((size_t)n * sizeof *staging);

@@ -227,6 +227,7 @@ clnsa_status nsa_plan_workspace(clnsa_context *ctx, cl_command_queue queue, cons
         size_t tb_k = 0, tb_v = 0;
         cl_command_queue q = queue;
         if (!queue) return cx_fail(ctx, CLNSA_ERROR_NULL_ARGUMENT, "queue: expected the queue of the call (needed for CLBlast's scratch size), got NULL");
+        __atomic_store_n(&ctx->blas_used, 1, __ATOMIC_RELAXED);
         CLBlastStatusCode s1 = CLBlastSGemmTempBufferSize(CLBlastLayoutRowMajor, CLBlastTransposeNo, CLBlastTransposeNo,
                                                           rows * pb->H, pb->DK, l * pb->DK, 0, l * pb->DK, 0, pb->DK, 0, pb->DK, &q, &tb_k);
         CLBlastStatusCode s2 = CLBlastSGemmTempBufferSize(CLBlastLayoutRowMajor, CLBlastTransposeNo, CLBlastTransposeNo,

@@ -113,6 +113,7 @@ static clnsa_status gemm_scratch(clnsa_context *ctx, cl_command_queue queue, con
     for (int i = 0; i < 2; ++i) {
         size_t D = (size_t)dims[i], a = 0, b = 0;
         cl_command_queue q = queue;
+        __atomic_store_n(&ctx->blas_used, 1, __ATOMIC_RELAXED);
         /* dX = dXc . W^T and dW = X^T . dXc */
         CLBlastStatusCode s1 = CLBlastSGemmTempBufferSize(CLBlastLayoutRowMajor, CLBlastTransposeNo, CLBlastTransposeYes, M,
                                                           l * D, D, 0, D, 0, D, 0, l * D, &q, &a);

@@ -78,12 +78,30 @@ static void topk_start(int *v, const tune_problem *pb, const clnsa_device_info *
     v[3] = 32;
 }
 
+/* Mesa 22.3's llvmpipe (rusticl, Debian 12) computes wrong dk (NaN in
+ * most lanes, wrong values in the first 8) in nsa_bwd_dkdv when a key tile
+ * has many query rows (G = 16, T >= 100) and a work-item keeps several
+ * accumulators per array (ceil(TKK*D/WG) of 16 and, for some shapes, 8
+ * fail; 2 and 4 passed every case tried); PoCL and Oclgrind (with its race
+ * and uninitialized-value checks) agree with the reference on the same
+ * kernel and inputs. An empirical workaround, not a root cause: on Mesa
+ * the work-group grows (up to the device's maximum, 1024 on llvmpipe) or
+ * the key tile shrinks until each work-item keeps at most 2. */
+#define MESA_DKDV_ACC_MAX 2
+
+static bool mesa_dkdv_ok(const clnsa_device_info *info, const int *v, const tune_problem *pb)
+{
+    const int64_t dmax = pb->dk > pb->dv ? pb->dk : pb->dv;
+    return info->vendor != CLNSA_VENDOR_MESA || ((int64_t)v[1] * dmax + v[0] - 1) / v[0] <= MESA_DKDV_ACC_MAX;
+}
+
 static void dkdv_start(int *v, const tune_problem *pb, const clnsa_device_info *info)
 {
-    (void)pb;
     v[0] = default_wg(info);
     v[1] = cx_env_int("CLNSA_TUNE_TK", 32);
     v[2] = 16;
+    while (!mesa_dkdv_ok(info, v, pb) && (size_t)v[0] * 2 <= info->max_work_group_size) v[0] *= 2;
+    while (!mesa_dkdv_ok(info, v, pb) && v[1] > 1) v[1] /= 2;
 }
 
 /* ------------------------------------------------------------ the table */
@@ -165,6 +183,11 @@ bool tune_fits(const clnsa_device_info *info, int family, int *v, const tune_pro
         const tune_constraint *c = &f->constraints[i];
         if (c->kind == TC_LE_PARAM && v[c->a] > v[c->b]) {
             snprintf(why, why_size, "%s=%d > %s=%d", f->params[c->a].name, v[c->a], f->params[c->b].name, v[c->b]);
+            return false;
+        }
+        if (family == TF_NSA_DKDV && !mesa_dkdv_ok(info, v, pb)) {
+            snprintf(why, why_size, "more than %d accumulators per work-item (Mesa llvmpipe workaround, see dkdv_start)",
+                     MESA_DKDV_ACC_MAX);
             return false;
         }
         if (c->kind == TC_ACC_LIMIT && search) {

@@ -1,0 +1,322 @@
+/* test_faults.c: concurrency and faults (issue 8).
+ *  - The backward from several threads, each on its own queue, on one
+ *    context: bitwise the gradients of serial runs.
+ *  - A kernel build failure (CLNSA_BUILD_OPTIONS that break the kernels):
+ *    CLNSA_ERROR_BUILD_FAILED with the build log in the message, nothing
+ *    enqueued, and the context works once the options are fixed.
+ *  - An enqueue failure injected through the CLNSA_FAULT_INJECT test hook
+ *    (src/api/tensor.c): CL_MEM_OBJECT_ALLOCATION_FAILURE, and, as a
+ *    *simulated* device lost or exhausted in the middle of an op,
+ *    CL_DEVICE_NOT_AVAILABLE and CL_OUT_OF_RESOURCES, at the first, a middle
+ *    and the last kernel of the forward and the backward: CLNSA_ERROR_OPENCL
+ *    naming the error, no event, and afterwards the same context gives
+ *    bitwise the results of an undisturbed run. A real device loss cannot be
+ *    produced on a CPU device: the hook fails the enqueue call itself, which
+ *    is where a driver reports it first. */
+#include "nsa_bwd_run.h"
+
+#include <math.h>
+#include <pthread.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+static test_env env;
+
+static const nsa_case *named(const char *name)
+{
+    const nsa_case *c = nsa_case_named(name);
+    if (!c) print_error("no case named '%s' in nsa_case.c\n", name);
+    assert_non_null(c);
+    return c;
+}
+
+/* ------------------------------------------------ backward on threads */
+
+#define NTHREADS 3
+static const char *const mt_cases[] = {"all branches G=1", "G=3 DK!=DV", "varlen short seqs",
+                                       "given indices and counts", "window only", "bf16 all"};
+#define NMT (sizeof mt_cases / sizeof mt_cases[0])
+
+typedef struct {
+    int id;
+    cl_command_queue queue;
+    nsa_run *runs;
+    bwd_bufs b[NMT];
+    clnsa_status st[NMT];
+} mt_thread;
+
+static void *mt_work(void *arg)
+{
+    mt_thread *t = arg;
+    for (size_t j = 0; j < NMT; ++j) {
+        const size_t i = (j + (size_t)t->id) % NMT; /* each thread in another order */
+        t->st[i] = bwd_enqueue_wait(&env, t->queue, &t->b[i], &t->runs[i], NULL);
+        if (t->st[i] == CLNSA_SUCCESS) bwd_read(&env, t->queue, &t->b[i], &t->runs[i]);
+    }
+    return NULL;
+}
+
+static void test_backward_threads(void **state)
+{
+    (void)state;
+    nsa_run runs[NMT];
+    bwd_bufs serial[NMT];
+    for (size_t i = 0; i < NMT; ++i) {
+        nsa_run_setup(&env, &runs[i], named(mt_cases[i]), 500 + i);
+        nsa_run_forward(&env, &runs[i]);
+        bwd_setup(&env, &serial[i], &runs[i], 900 + i);
+        clnsa_status st = bwd_enqueue_wait(&env, env.queue, &serial[i], &runs[i], NULL);
+        if (st) print_error("%s: %s\n", mt_cases[i], clnsa_last_error(env.ctx));
+        assert_int_equal(st, CLNSA_SUCCESS);
+        bwd_read(&env, env.queue, &serial[i], &runs[i]);
+    }
+    static mt_thread th[NTHREADS];
+    pthread_t tid[NTHREADS];
+    for (int t = 0; t < NTHREADS; ++t) {
+        th[t].id = t;
+        th[t].runs = runs;
+        cl_int err;
+        th[t].queue = clCreateCommandQueue(env.cl, env.device, 0, &err);
+        assert_int_equal(err, CL_SUCCESS);
+        for (size_t i = 0; i < NMT; ++i) bwd_setup(&env, &th[t].b[i], &runs[i], 900 + i);
+    }
+    for (int t = 0; t < NTHREADS; ++t) assert_int_equal(pthread_create(&tid[t], NULL, mt_work, &th[t]), 0);
+    for (int t = 0; t < NTHREADS; ++t) assert_int_equal(pthread_join(tid[t], NULL), 0);
+    int compared = 0;
+    for (int t = 0; t < NTHREADS; ++t) {
+        for (size_t i = 0; i < NMT; ++i) {
+            if (th[t].st[i] != CLNSA_SUCCESS) print_error("thread %d, %s: %s\n", t, mt_cases[i], clnsa_status_string(th[t].st[i]));
+            assert_int_equal(th[t].st[i], CLNSA_SUCCESS);
+            for (int g = 0; g < BW_COUNT; ++g) {
+                if (!serial[i].m[g]) continue;
+                const bool same = memcmp(serial[i].dev[g], th[t].b[i].dev[g], serial[i].n[g] * sizeof(double)) == 0;
+                if (!same) print_error("thread %d, %s: %s differs from the serial run\n", t, mt_cases[i], bwd_names[g]);
+                assert_true(same);
+                ++compared;
+            }
+            bwd_free(&th[t].b[i]);
+        }
+        clReleaseCommandQueue(th[t].queue);
+    }
+    print_message("  %d gradients of %d backwards on %d threads (own queues) bitwise equal to the serial run\n", compared,
+                  (int)(NTHREADS * NMT), NTHREADS);
+    for (size_t i = 0; i < NMT; ++i) {
+        bwd_free(&serial[i]);
+        nsa_run_free(&runs[i]);
+    }
+}
+
+/* ---------------------------------------------------- build failure */
+
+static clnsa_status forward_once(nsa_run *r, cl_event *ev)
+{
+    size_t bytes = 0;
+    *ev = NULL;
+    clnsa_status st = clnsa_nsa_forward_workspace_size(env.ctx, env.queue, &r->cfg, &r->in, &r->out, &bytes);
+    if (st != CLNSA_SUCCESS) return st;
+    if (!r->ws && bytes) r->ws = poisoned(&env, bytes / 4 + 1, CLNSA_DTYPE_F32);
+    return clnsa_nsa_forward(env.ctx, env.queue, &r->cfg, &r->in, &r->out, r->ws, bytes, 0, NULL, ev);
+}
+
+static bool all_nan(cl_mem m, size_t n, clnsa_dtype dt)
+{
+    double *x = malloc(n * sizeof *x);
+    download(&env, m, n, dt, x);
+    bool nan = true;
+    for (size_t i = 0; i < n; ++i) nan = nan && isnan(x[i]);
+    free(x);
+    return nan;
+}
+
+static void test_build_failure(void **state)
+{
+    (void)state;
+    /* A macro that turns every barrier into a call of an undeclared
+     * function: an error in every OpenCL C compiler, with a log. */
+    const char *bad = "-Dbarrier=clnsa_no_such_function";
+    nsa_run r;
+    nsa_run_setup(&env, &r, named("G=3 DK!=DV"), 31);
+    assert_int_equal(setenv("CLNSA_BUILD_OPTIONS", bad, 1), 0);
+    cl_event ev;
+    clnsa_status st = forward_once(&r, &ev);
+    const char *msg = clnsa_last_error(env.ctx);
+    print_message("  forward: %s: %.200s...\n", clnsa_status_string(st), msg);
+    assert_int_equal(st, CLNSA_ERROR_BUILD_FAILED);
+    assert_null(ev);
+    assert_non_null(strstr(msg, bad));                    /* the options */
+    assert_non_null(strstr(msg, "clnsa_no_such_function")); /* the log */
+    assert_true(all_nan(r.o_m, r.nq * r.c->DV, r.c->dt)); /* nothing ran */
+
+    /* The backward fails the same way (its programs differ). */
+    bwd_bufs b;
+    bwd_setup(&env, &b, &r, 32);
+    bool got_event = true;
+    st = bwd_enqueue_wait(&env, env.queue, &b, &r, &got_event);
+    print_message("  backward: %s\n", clnsa_status_string(st));
+    assert_int_equal(st, CLNSA_ERROR_BUILD_FAILED);
+    assert_false(got_event);
+
+    /* Fixed options: the same context builds and runs, forward and backward. */
+    assert_int_equal(unsetenv("CLNSA_BUILD_OPTIONS"), 0);
+    nsa_run_forward(&env, &r);
+    ref_nsa_inputs rin = nsa_run_ref_inputs(&r);
+    double *ro = calloc(r.nq * r.c->DV, sizeof *ro);
+    ref_nsa_outputs rout = {ro, NULL, NULL, NULL, NULL, NULL, NULL, NULL};
+    ref_nsa_fwd(&r.sh, &rin, &rout);
+    const double e = rel_l2(r.o, ro, r.nq * r.c->DV);
+    print_message("  after the failure: forward o rel L2 %.3g\n", e);
+    assert_true(e < nsa_tol(r.c->dt));
+    st = bwd_enqueue_wait(&env, env.queue, &b, &r, NULL);
+    assert_int_equal(st, CLNSA_SUCCESS);
+    bwd_read(&env, env.queue, &b, &r);
+    bwd_reference(&b, &r);
+    const double ed = rel_l2_floor(b.dev[BW_DQ], b.ref[BW_DQ], b.n[BW_DQ], 1e-2);
+    print_message("  after the failure: backward dq rel L2 %.3g\n", ed);
+    assert_true(ed < 5e-5);
+    free(ro);
+    bwd_free(&b);
+    nsa_run_free(&r);
+}
+
+/* ---------------------------------------------------- injected faults */
+
+static const struct {
+    int code;
+    const char *name;
+} faults[] = {
+    {-4, "CL_MEM_OBJECT_ALLOCATION_FAILURE"}, /* allocation failure */
+    {-2, "CL_DEVICE_NOT_AVAILABLE"},          /* simulated device loss */
+    {-5, "CL_OUT_OF_RESOURCES"},              /* simulated device exhaustion / loss */
+};
+
+static void set_fault(int n, int code, const char *label)
+{
+    char spec[64];
+    snprintf(spec, sizeof spec, "enqueue:%d:%d:%s", n, code, label); /* the label makes each spec new */
+    assert_int_equal(setenv("CLNSA_FAULT_INJECT", spec, 1), 0);
+}
+
+static void test_injected_faults(void **state)
+{
+    (void)state;
+    const nsa_case *c = named("all branches G=1");
+    nsa_run r;
+    nsa_run_setup(&env, &r, c, 41);
+    nsa_run_forward(&env, &r); /* the undisturbed forward */
+    double *o_clean = r.o;
+    r.o = NULL;
+    bwd_bufs clean, b;
+    bwd_setup(&env, &clean, &r, 42);
+    assert_int_equal(bwd_enqueue_wait(&env, env.queue, &clean, &r, NULL), CLNSA_SUCCESS);
+    bwd_read(&env, env.queue, &clean, &r);
+    bwd_setup(&env, &b, &r, 42);
+    double *o = malloc(r.nq * c->DV * sizeof *o);
+
+    /* The forward enqueues 4 kernels here (2 mean pools, top-k, attention),
+     * the backward 13: fail the first, one in the middle and the last. */
+    const int fwd_at[3] = {1, 3, 4}, bwd_at[3] = {1, 7, 13};
+    int runs = 0;
+    for (size_t f = 0; f < sizeof faults / sizeof faults[0]; ++f)
+        for (int k = 0; k < 3; ++k) {
+            char label[32];
+            snprintf(label, sizeof label, "fwd%zu.%d", f, k);
+            set_fault(fwd_at[k], faults[f].code, label);
+            cl_event ev;
+            clnsa_status st = forward_once(&r, &ev);
+            const char *msg = clnsa_last_error(env.ctx);
+            if (k == 0 && f == 0) print_message("  forward, kernel %d: %s: %s\n", fwd_at[k], clnsa_status_string(st), msg);
+            assert_int_equal(st, CLNSA_ERROR_OPENCL);
+            assert_null(ev);
+            assert_non_null(strstr(msg, faults[f].name));
+            assert_non_null(strstr(msg, "clEnqueueNDRangeKernel"));
+            assert_int_equal(clFinish(env.queue), CL_SUCCESS); /* what was enqueued before still completes */
+            assert_int_equal(unsetenv("CLNSA_FAULT_INJECT"), 0);
+            st = forward_once(&r, &ev); /* the same context, undisturbed */
+            assert_int_equal(st, CLNSA_SUCCESS);
+            assert_non_null(ev);
+            clWaitForEvents(1, &ev);
+            clReleaseEvent(ev);
+            download(&env, r.o_m, r.nq * c->DV, c->dt, o);
+            assert_memory_equal(o, o_clean, r.nq * c->DV * sizeof *o);
+
+            snprintf(label, sizeof label, "bwd%zu.%d", f, k);
+            set_fault(bwd_at[k], faults[f].code, label);
+            bool got_event = true;
+            st = bwd_enqueue_wait(&env, env.queue, &b, &r, &got_event);
+            msg = clnsa_last_error(env.ctx);
+            if (k == 1) print_message("  backward, kernel %d: %s: %s\n", bwd_at[k], clnsa_status_string(st), msg);
+            assert_int_equal(st, CLNSA_ERROR_OPENCL);
+            assert_false(got_event);
+            assert_non_null(strstr(msg, faults[f].name));
+            assert_int_equal(clFinish(env.queue), CL_SUCCESS);
+            assert_int_equal(unsetenv("CLNSA_FAULT_INJECT"), 0);
+            st = bwd_enqueue_wait(&env, env.queue, &b, &r, NULL);
+            assert_int_equal(st, CLNSA_SUCCESS);
+            bwd_read(&env, env.queue, &b, &r);
+            for (int g = 0; g < BW_COUNT; ++g)
+                if (b.m[g]) assert_memory_equal(b.dev[g], clean.dev[g], b.n[g] * sizeof(double));
+            runs += 2;
+        }
+    print_message("  %d injected enqueue failures: each returned CLNSA_ERROR_OPENCL and no event; the next call matched "
+                  "the undisturbed run bitwise\n", runs);
+    free(o);
+    free(o_clean);
+    bwd_free(&b);
+    bwd_free(&clean);
+    nsa_run_free(&r);
+}
+
+/* A workspace one byte short: rejected before anything is enqueued, and the
+ * next call with the right size works. */
+static void test_workspace_short_then_ok(void **state)
+{
+    (void)state;
+    nsa_run r;
+    nsa_run_setup(&env, &r, named("window only"), 51);
+    size_t bytes = 0;
+    assert_int_equal(clnsa_nsa_forward_workspace_size(env.ctx, env.queue, &r.cfg, &r.in, &r.out, &bytes), CLNSA_SUCCESS);
+    if (bytes > 0) {
+        cl_mem ws = poisoned(&env, bytes / 4 + 1, CLNSA_DTYPE_F32);
+        cl_event ev = NULL;
+        clnsa_status st = clnsa_nsa_forward(env.ctx, env.queue, &r.cfg, &r.in, &r.out, ws, bytes - 1, 0, NULL, &ev);
+        assert_int_equal(st, CLNSA_ERROR_WORKSPACE_TOO_SMALL);
+        assert_null(ev);
+        assert_true(all_nan(r.o_m, r.nq * r.c->DV, r.c->dt));
+        clReleaseMemObject(ws);
+    }
+    nsa_run_forward(&env, &r);
+    nsa_run_free(&r);
+}
+
+static int setup(void **state)
+{
+    (void)state;
+    unsetenv("CLNSA_FAULT_INJECT");
+    unsetenv("CLNSA_BUILD_OPTIONS");
+    test_env_open(&env);
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    (void)state;
+    test_env_close(&env);
+    return 0;
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_backward_threads),
+        cmocka_unit_test(test_build_failure),
+        cmocka_unit_test(test_injected_faults),
+        cmocka_unit_test(test_workspace_short_then_ok),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}

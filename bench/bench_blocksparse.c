@@ -14,6 +14,7 @@
  *                     [--dtype f32|f16|bf16] [--repeat 5] [--no-bwd] [--json out.json]
  * On the GPU machine: --T 4096,8192,16384,32768,65536 --HQ 16 --H 4 --D 128.
  * The device is CLNSA_TEST_DEVICE ("P:D" or a platform name word) or the first one found. */
+#include "bench_util.h"
 #include "testutil.h"
 
 #include <math.h>
@@ -81,20 +82,6 @@ static void free_bufs(bufs *b)
     for (size_t i = 0; i < sizeof all / sizeof all[0]; ++i) clReleaseMemObject(all[i]);
 }
 
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-static double span_ms(cl_event start, cl_event end)
-{
-    cl_ulong a = 0, b = 0;
-    clGetEventProfilingInfo(start, CL_PROFILING_COMMAND_END, sizeof a, &a, NULL);
-    clGetEventProfilingInfo(end, CL_PROFILING_COMMAND_END, sizeof b, &b, NULL);
-    return (double)(b - a) * 1e-6;
-}
-
 /* Median forward and backward ms of one pattern; -1 on failure. */
 static void time_pattern(const bench_cfg *c, int pat, const bufs *b, cl_command_queue q, double *fwd_ms, double *bwd_ms)
 {
@@ -139,15 +126,13 @@ static void time_pattern(const bench_cfg *c, int pat, const bufs *b, cl_command_
                 goto fail;
             }
             clWaitForEvents(1, &end);
-            if (it >= 0) t[pass * c->repeat + it] = span_ms(start, end);
+            if (it >= 0) t[pass * c->repeat + it] = bench_span_ms(start, end);
             clReleaseEvent(start);
             clReleaseEvent(end);
         }
-    qsort(t, (size_t)c->repeat, sizeof *t, cmp_double);
-    *fwd_ms = t[c->repeat / 2];
+    *fwd_ms = bench_median(t, (size_t)c->repeat);
     if (c->bwd) {
-        qsort(t + c->repeat, (size_t)c->repeat, sizeof *t, cmp_double);
-        *bwd_ms = t[c->repeat + c->repeat / 2];
+        *bwd_ms = bench_median(t + c->repeat, (size_t)c->repeat);
     }
     goto done;
 fail:
@@ -155,18 +140,6 @@ fail:
 done:
     if (ws) clReleaseMemObject(ws);
     free(t);
-}
-
-static int parse_list(const char *s, int *out, int max)
-{
-    int n = 0;
-    while (*s && n < max) {
-        out[n++] = atoi(s);
-        const char *c = strchr(s, ',');
-        if (!c) break;
-        s = c + 1;
-    }
-    return n;
 }
 
 /* Fraction of (query, key) pairs a pattern leaves visible (causal and the
@@ -197,7 +170,7 @@ int main(int argc, char **argv)
             return 0;
         }
         ++i;
-        if (!strcmp(k, "--T")) nT = parse_list(v, Ts, 16);
+        if (!strcmp(k, "--T")) nT = bench_parse_list(v, Ts, 16);
         else if (!strcmp(k, "--B")) c.B = atoi(v);
         else if (!strcmp(k, "--HQ")) c.HQ = atoi(v);
         else if (!strcmp(k, "--H")) c.H = atoi(v);

@@ -11,6 +11,7 @@
  * first one found. Branches: cmp (compressed only), topk+slc (top-k and
  * selection), slc (selection with given random causal indices), swa
  * (window only), nsa (all three, with top-k). */
+#include "bench_util.h"
 #include "testutil.h"
 
 #include <stdio.h>
@@ -85,22 +86,6 @@ static void release_all(cl_mem *m, size_t n)
     for (size_t i = 0; i < n; ++i) clReleaseMemObject(m[i]);
 }
 
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-/* Milliseconds from the end of a marker enqueued just before an op to the
- * end of the op's last command (an op may enqueue several). */
-static double span_ms(cl_event start, cl_event end)
-{
-    cl_ulong a = 0, b = 0;
-    clGetEventProfilingInfo(start, CL_PROFILING_COMMAND_END, sizeof a, &a, NULL);
-    clGetEventProfilingInfo(end, CL_PROFILING_COMMAND_END, sizeof b, &b, NULL);
-    return (double)(b - a) * 1e-6;
-}
-
 static void describe(const bench_cfg *c, int br, const input_set *s, const output_set *o, clnsa_nsa_config *cfg,
                      clnsa_nsa_inputs *in, clnsa_nsa_outputs *out, clnsa_nsa_grads *gr, clnsa_tensor *dout)
 {
@@ -164,16 +149,14 @@ static void time_branch(const bench_cfg *c, int br, input_set *sets, const outpu
                 goto fail;
             }
             clWaitForEvents(1, &end);
-            if (it >= 0) ms[pass * c->repeat + it] = span_ms(start, end);
+            if (it >= 0) ms[pass * c->repeat + it] = bench_span_ms(start, end);
             clReleaseEvent(start);
             clReleaseEvent(end);
         }
     }
-    qsort(ms, (size_t)c->repeat, sizeof *ms, cmp_double);
-    *fwd_ms = ms[c->repeat / 2];
+    *fwd_ms = bench_median(ms, (size_t)c->repeat);
     if (c->bwd) {
-        qsort(ms + c->repeat, (size_t)c->repeat, sizeof *ms, cmp_double);
-        *bwd_ms = ms[c->repeat + c->repeat / 2];
+        *bwd_ms = bench_median(ms + c->repeat, (size_t)c->repeat);
     }
     goto done;
 fail:
@@ -181,18 +164,6 @@ fail:
 done:
     if (ws) clReleaseMemObject(ws);
     free(ms);
-}
-
-static int parse_list(const char *s, int *out, int max)
-{
-    int n = 0;
-    while (*s && n < max) {
-        out[n++] = atoi(s);
-        const char *c = strchr(s, ',');
-        if (!c) break;
-        s = c + 1;
-    }
-    return n;
 }
 
 int main(int argc, char **argv)
@@ -207,7 +178,7 @@ int main(int argc, char **argv)
             continue;
         }
         ++i;
-        if (!strcmp(k, "--T")) nT = parse_list(v, Ts, 16);
+        if (!strcmp(k, "--T")) nT = bench_parse_list(v, Ts, 16);
         else if (!strcmp(k, "--HQ")) c.HQ = atoi(v);
         else if (!strcmp(k, "--H")) c.H = atoi(v);
         else if (!strcmp(k, "--D")) c.D = atoi(v);

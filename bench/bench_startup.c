@@ -9,6 +9,7 @@
  * The device is CLNSA_TEST_DEVICE ("P:D" or a platform-name word) or the
  * first one found. PoCL's own kernel cache is turned off (POCL_KERNEL_CACHE=0
  * unless set) so that "off" pays the compiler, as on a driver without one. */
+#include "bench_util.h"
 #include "testutil.h"
 
 #include <stdio.h>
@@ -85,12 +86,6 @@ done:
     return ms;
 }
 
-static int cmp_double(const void *a, const void *b)
-{
-    const double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
 static int count_files(const char *dir)
 {
     char cmd[256];
@@ -143,18 +138,17 @@ int main(int argc, char **argv)
     cold = startup_ms(env.device, &c, dir);
     const int files = count_files(dir);
     for (int i = 0; i < n; ++i) warm[i] = startup_ms(env.device, &c, dir);
-    qsort(off, (size_t)n, sizeof off[0], cmp_double);
-    qsort(warm, (size_t)n, sizeof warm[0], cmp_double);
+    const double off_ms = bench_median(off, (size_t)n), warm_ms = bench_median(warm, (size_t)n);
     printf("%-34s %10s\n", "start-up to first result", "ms");
-    printf("%-34s %10.1f  (median of %d)\n", "disk cache off (CLNSA_CACHE=0)", off[n / 2], n);
+    printf("%-34s %10.1f  (median of %d)\n", "disk cache off (CLNSA_CACHE=0)", off_ms, n);
     printf("%-34s %10.1f  (wrote %d programs)\n", "disk cache cold (empty folder)", cold, files);
-    printf("%-34s %10.1f  (median of %d)\n", "disk cache warm", warm[n / 2], n);
+    printf("%-34s %10.1f  (median of %d)\n", "disk cache warm", warm_ms, n);
     if (json) {
         FILE *f = fopen(json, "w");
         if (f) {
             fprintf(f, "{\"device\": \"%s\", \"driver\": \"%s\", \"dtype\": \"%s\", \"T\": %d, \"HQ\": %d, \"H\": %d, \"D\": %d, "
                        "\"off_ms\": %.2f, \"cold_ms\": %.2f, \"warm_ms\": %.2f, \"programs\": %d}\n",
-                    di->name, di->driver_version, clnsa_dtype_name(c.dt), c.T, c.HQ, c.H, c.D, off[n / 2], cold, warm[n / 2],
+                    di->name, di->driver_version, clnsa_dtype_name(c.dt), c.T, c.HQ, c.H, c.D, off_ms, cold, warm_ms,
                     files);
             fclose(f);
         }

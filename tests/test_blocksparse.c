@@ -25,7 +25,7 @@
 
 #include <cmocka.h>
 
-static test_env env;
+TEST_ENV_GROUP
 
 enum { M_NONE, M_HOST, M_STRIDED_CAUSAL, M_LONGFORMER, M_SEGMENT_CAUSAL };
 
@@ -676,19 +676,7 @@ static void test_errors(void **state)
     dfree(&kv);
 }
 
-static int setup(void **state)
-{
-    (void)state;
-    test_env_open(&env);
-    return 0;
-}
 
-static int teardown(void **state)
-{
-    (void)state;
-    test_env_close(&env);
-    return 0;
-}
 
 int main(void)
 {

@@ -20,7 +20,7 @@
 #define F32 CLNSA_DTYPE_F32
 #define I32 CLNSA_DTYPE_I32
 
-static test_env env;
+TEST_ENV_GROUP
 
 /* The cases, as written in their case.json (hardcoded, not parsed). Both use
  * compression block = stride = block_size, init_blocks 1, local_blocks 2. */
@@ -399,19 +399,7 @@ static void test_varlen_compression(void **state) { (void)state; compression(&ca
 static void test_varlen_nsa(void **state) { (void)state; full_nsa(&case_varlen); }
 static void test_varlen_topk(void **state) { (void)state; topk(&case_varlen); }
 
-static int setup(void **state)
-{
-    (void)state;
-    test_env_open(&env);
-    return 0;
-}
 
-static int teardown(void **state)
-{
-    (void)state;
-    test_env_close(&env);
-    return 0;
-}
 
 int main(void)
 {

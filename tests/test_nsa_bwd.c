@@ -14,7 +14,7 @@
 #include <cmocka.h>
 #include <math.h>
 
-static test_env env;
+TEST_ENV_GROUP
 
 /* The gradient tensors of one run, on the device (poisoned) and read back. */
 typedef struct {
@@ -231,19 +231,7 @@ static void test_determinism(void **state)
     nsa_run_free(&r);
 }
 
-static int setup(void **state)
-{
-    (void)state;
-    test_env_open(&env);
-    return 0;
-}
 
-static int teardown(void **state)
-{
-    (void)state;
-    test_env_close(&env);
-    return 0;
-}
 
 int main(void)
 {

@@ -11,7 +11,7 @@
 
 #include <cmocka.h>
 
-static test_env env;
+TEST_ENV_GROUP
 
 static void same_sets(const int *a, const int *b, size_t rows, int S)
 {
@@ -76,19 +76,7 @@ static void test_cases(void **state)
         if (!only || strcmp(only, nsa_cases[i].name) == 0) run_case(&nsa_cases[i], 1234 + i);
 }
 
-static int setup(void **state)
-{
-    (void)state;
-    test_env_open(&env);
-    return 0;
-}
 
-static int teardown(void **state)
-{
-    (void)state;
-    test_env_close(&env);
-    return 0;
-}
 
 int main(void)
 {

@@ -30,7 +30,7 @@
 
 #include <cmocka.h>
 
-static test_env env;
+TEST_ENV_GROUP
 
 #define F32 CLNSA_DTYPE_F32
 
@@ -316,19 +316,7 @@ static void test_given_indices(void **state)
     run_robust(&c, 73, indices_out_of_range, 1.0, 2e-5, 5e-5, NULL);
 }
 
-static int setup(void **state)
-{
-    (void)state;
-    test_env_open(&env);
-    return 0;
-}
 
-static int teardown(void **state)
-{
-    (void)state;
-    test_env_close(&env);
-    return 0;
-}
 
 int main(void)
 {

@@ -23,6 +23,24 @@ typedef struct {
 void test_env_open(test_env *env);
 void test_env_close(test_env *env);
 
+/* A test executable whose tests share one device: defines `env` and the
+ * CMocka group setup/teardown that open and close it (pass `setup` and
+ * `teardown` to cmocka_run_group_tests). */
+#define TEST_ENV_GROUP                                 \
+    static test_env env;                               \
+    static int setup(void **state)                     \
+    {                                                  \
+        (void)state;                                   \
+        test_env_open(&env);                           \
+        return 0;                                      \
+    }                                                  \
+    static int teardown(void **state)                  \
+    {                                                  \
+        (void)state;                                   \
+        test_env_close(&env);                          \
+        return 0;                                      \
+    }
+
 /* Deterministic uniform values in [lo, hi). */
 void fill_uniform(double *x, size_t n, double lo, double hi, uint64_t *seed);
 double *alloc_uniform(size_t n, double lo, double hi, uint64_t *seed);

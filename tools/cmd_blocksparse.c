@@ -4,6 +4,7 @@
  * dsinks.npy). Every input is checked on the host first: a malformed file
  * gets one line on stderr naming it, and a non-zero exit. */
 #include "cli_common.h"
+#include "npy_file.h"
 #include "cmds.h"
 #include "npy.h"
 
@@ -30,64 +31,12 @@ typedef struct {
     int64_t mask_shape[4];
 } bs_files;
 
-typedef struct {
-    char path[4096];
-    npy_array a;
-} npy_file;
-
-static int fail(const char *path, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static int fail(const char *path, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    fprintf(stderr, "%s: ", path);
-    vfprintf(stderr, fmt, ap);
-    fputc('\n', stderr);
-    va_end(ap);
-    return -1;
-}
-
-/* 1: loaded, 0: absent (and optional), -1: error (printed). */
-static int open_npy(const char *dir, const char *name, bool required, npy_file *f)
-{
-    struct stat sb;
-    memset(&f->a, 0, sizeof f->a);
-    cli_path(dir, name, f->path, sizeof f->path);
-    if (stat(f->path, &sb) != 0) {
-        if (errno == ENOENT && !required) return 0;
-        return fail(f->path, "%s", errno == ENOENT ? "required file is missing" : strerror(errno));
-    }
-    char err[512];
-    if (npy_load(f->path, &f->a, err, sizeof err)) {
-        fprintf(stderr, "%s\n", err);
-        return -1;
-    }
-    return 1;
-}
-
-/* want[i] < 0 accepts any extent; `names` describes the dims. */
-static int check_shape(const npy_file *f, int rank, const int64_t *want, const char *names)
-{
-    bool ok = f->a.ndim == rank;
-    for (int i = 0; ok && i < rank; ++i) ok = want[i] < 0 || f->a.shape[i] == want[i];
-    if (ok) return 0;
-    char got[128], exp[128] = "[";
-    cli_shape_str(f->a.ndim, f->a.shape, got, sizeof got);
-    for (int i = 0; i < rank; ++i) {
-        size_t n = strlen(exp);
-        if (want[i] < 0) snprintf(exp + n, sizeof exp - n, "%s*", i ? ", " : "");
-        else snprintf(exp + n, sizeof exp - n, "%s%lld", i ? ", " : "", (long long)want[i]);
-    }
-    strncat(exp, "]", sizeof exp - strlen(exp) - 1);
-    return fail(f->path, "expected shape %s = %s, got %s", names, exp, got);
-}
-
 static int to_float(npy_file *f, float **out)
 {
     char err[512];
     if (f->a.dtype != NPY_F32 && f->a.dtype != NPY_F16 && f->a.dtype != NPY_F64)
-        return fail(f->path, "expected a float array (float16, float32 or float64), got %s", npy_dtype_name(f->a.dtype));
-    if (npy_to_f32(&f->a, out, err, sizeof err)) return fail(f->path, "%s", err);
+        return npy_file_fail(f->path, "expected a float array (float16, float32 or float64), got %s", npy_dtype_name(f->a.dtype));
+    if (npy_to_f32(&f->a, out, err, sizeof err)) return npy_file_fail(f->path, "%s", err);
     return 0;
 }
 
@@ -95,8 +44,8 @@ static int to_int(npy_file *f, int32_t **out)
 {
     char err[512];
     if (f->a.dtype != NPY_I32 && f->a.dtype != NPY_I64 && f->a.dtype != NPY_U8)
-        return fail(f->path, "expected an integer array (int32, int64 or uint8), got %s", npy_dtype_name(f->a.dtype));
-    if (npy_to_i32(&f->a, out, err, sizeof err)) return fail(f->path, "%s", err);
+        return npy_file_fail(f->path, "expected an integer array (int32, int64 or uint8), got %s", npy_dtype_name(f->a.dtype));
+    if (npy_to_i32(&f->a, out, err, sizeof err)) return npy_file_fail(f->path, "%s", err);
     return 0;
 }
 
@@ -105,8 +54,8 @@ static int load_f(const char *dir, const char *name, bool required, int rank, co
                   float **out)
 {
     npy_file f;
-    int rc = open_npy(dir, name, required, &f);
-    if (rc > 0) rc = check_shape(&f, rank, want, names) || to_float(&f, out) ? -1 : 1;
+    int rc = npy_file_open(dir, name, required, &f);
+    if (rc > 0) rc = npy_file_check_shape(&f, rank, want, names) || to_float(&f, out) ? -1 : 1;
     npy_free(&f.a);
     return rc;
 }
@@ -114,15 +63,15 @@ static int load_f(const char *dir, const char *name, bool required, int rank, co
 static int load_i(const char *dir, const char *name, int rank, const int64_t *want, const char *names, int32_t **out)
 {
     npy_file f;
-    int rc = open_npy(dir, name, false, &f);
-    if (rc > 0) rc = check_shape(&f, rank, want, names) || to_int(&f, out) ? -1 : 1;
+    int rc = npy_file_open(dir, name, false, &f);
+    if (rc > 0) rc = npy_file_check_shape(&f, rank, want, names) || to_int(&f, out) ? -1 : 1;
     npy_free(&f.a);
     return rc;
 }
 
 static int head_dim(const char *path, int64_t d, const char *what)
 {
-    if (d < 8 || d > 256 || d % 8) return fail(path, "%s = %lld: expected a multiple of 8 in 8..256", what, (long long)d);
+    if (d < 8 || d > 256 || d % 8) return npy_file_fail(path, "%s = %lld: expected a multiple of 8 in 8..256", what, (long long)d);
     return 0;
 }
 
@@ -138,11 +87,11 @@ static int files_load(const char *dir, const bs_opts *o, bs_files *f)
     memset(f, 0, sizeof *f);
     npy_file nf;
     const int64_t any4[4] = {-1, -1, -1, -1};
-    if (open_npy(dir, "q.npy", true, &nf) < 0) return -1;
-    if (check_shape(&nf, 4, any4, "[B, Tq, HQ, D]")) goto bad;
+    if (npy_file_open(dir, "q.npy", true, &nf) < 0) return -1;
+    if (npy_file_check_shape(&nf, 4, any4, "[B, Tq, HQ, D]")) goto bad;
     for (int i = 0; i < 3; ++i)
         if (nf.a.shape[i] < 1 || nf.a.shape[i] > (i == 1 ? (1 << 30) : 65535)) {
-            fail(nf.path, "dim %d = %lld: expected B, HQ in 1..65535 and Tq in 1..2^30", i, (long long)nf.a.shape[i]);
+            npy_file_fail(nf.path, "dim %d = %lld: expected B, HQ in 1..65535 and Tq in 1..2^30", i, (long long)nf.a.shape[i]);
             goto bad;
         }
     if (head_dim(nf.path, nf.a.shape[3], "D")) goto bad;
@@ -150,11 +99,11 @@ static int files_load(const char *dir, const bs_opts *o, bs_files *f)
     if (to_float(&nf, &f->q)) goto bad;
     npy_free(&nf.a);
 
-    if (open_npy(dir, "k.npy", true, &nf) < 0) return -1;
+    if (npy_file_open(dir, "k.npy", true, &nf) < 0) return -1;
     const int64_t wk[4] = {f->B, -1, -1, f->D};
-    if (check_shape(&nf, 4, wk, "[B, Tk, H, D]")) goto bad;
+    if (npy_file_check_shape(&nf, 4, wk, "[B, Tk, H, D]")) goto bad;
     if (nf.a.shape[1] < 1 || nf.a.shape[1] > (1 << 30) || nf.a.shape[2] < 1 || f->HQ % nf.a.shape[2]) {
-        fail(nf.path, "Tk = %lld, H = %lld: expected Tk in 1..2^30 and H dividing HQ = %d", (long long)nf.a.shape[1],
+        npy_file_fail(nf.path, "Tk = %lld, H = %lld: expected Tk in 1..2^30 and H dividing HQ = %d", (long long)nf.a.shape[1],
              (long long)nf.a.shape[2], f->HQ);
         goto bad;
     }
@@ -162,9 +111,9 @@ static int files_load(const char *dir, const bs_opts *o, bs_files *f)
     if (to_float(&nf, &f->k)) goto bad;
     npy_free(&nf.a);
 
-    if (open_npy(dir, "v.npy", true, &nf) < 0) return -1;
+    if (npy_file_open(dir, "v.npy", true, &nf) < 0) return -1;
     const int64_t wv[4] = {f->B, f->Tk, f->H, -1};
-    if (check_shape(&nf, 4, wv, "[B, Tk, H, DV]") || head_dim(nf.path, nf.a.shape[3], "DV")) goto bad;
+    if (npy_file_check_shape(&nf, 4, wv, "[B, Tk, H, DV]") || head_dim(nf.path, nf.a.shape[3], "DV")) goto bad;
     f->DV = (int)nf.a.shape[3];
     if (to_float(&nf, &f->v)) goto bad;
     npy_free(&nf.a);
@@ -181,12 +130,12 @@ static int files_load(const char *dir, const bs_opts *o, bs_files *f)
         return -1;
     if (sq != sk) {
         char path[4096];
-        return fail(cli_path(dir, sq ? "kv_segment_ids.npy" : "q_segment_ids.npy", path, sizeof path),
+        return npy_file_fail(cli_path(dir, sq ? "kv_segment_ids.npy" : "q_segment_ids.npy", path, sizeof path),
                     "required file is missing (segment ids come in pairs: %s is given)",
                     sq ? "q_segment_ids.npy" : "kv_segment_ids.npy");
     }
 
-    int rc = open_npy(dir, "block_mask.npy", false, &nf);
+    int rc = npy_file_open(dir, "block_mask.npy", false, &nf);
     if (rc <= 0) return rc;
     const int64_t nqb = (f->Tq + (int64_t)o->q_block - 1) / o->q_block, nkb = (f->Tk + (int64_t)o->kv_block - 1) / o->kv_block;
     const int r = nf.a.ndim;
@@ -194,14 +143,14 @@ static int files_load(const char *dir, const bs_opts *o, bs_files *f)
         (r == 4 && nf.a.shape[0] != f->B)) {
         char got[128];
         cli_shape_str(r, nf.a.shape, got, sizeof got);
-        fail(nf.path,
+        npy_file_fail(nf.path,
              "expected shape [NQB, NKB], [HQ, NQB, NKB] or [B, HQ, NQB, NKB] with NQB = ceil(Tq/q_block) = %lld, "
              "NKB = ceil(Tk/kv_block) = %lld (--q-block %d, --kv-block %d), HQ = %d, B = %d; got %s",
              (long long)nqb, (long long)nkb, o->q_block, o->kv_block, f->HQ, f->B, got);
         goto bad;
     }
     if (nf.a.dtype != NPY_U8 && nf.a.dtype != NPY_I32) {
-        fail(nf.path, "expected dtype uint8 or int32, got %s", npy_dtype_name(nf.a.dtype));
+        npy_file_fail(nf.path, "expected dtype uint8 or int32, got %s", npy_dtype_name(nf.a.dtype));
         goto bad;
     }
     if (to_int(&nf, &f->mask)) goto bad;

@@ -2,6 +2,7 @@
 #include "nsa_io.h"
 
 #include "cli_common.h"
+#include "npy_file.h"
 #include "npy.h"
 
 #include <errno.h>
@@ -10,75 +11,19 @@
 #include <string.h>
 #include <sys/stat.h>
 
-typedef struct {
-    char path[4096];
-    npy_array a;
-} npy_file;
-
-static int fail(const char *path, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static int fail(const char *path, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    fprintf(stderr, "%s: ", path);
-    vfprintf(stderr, fmt, ap);
-    fputc('\n', stderr);
-    va_end(ap);
-    return -1;
-}
-
-/* 1: loaded, 0: absent (and not required), -1: error (printed). */
-static int open_npy(const char *dir, const char *name, int required, npy_file *f)
-{
-    struct stat sb;
-    memset(&f->a, 0, sizeof f->a);
-    cli_path(dir, name, f->path, sizeof f->path);
-    if (stat(f->path, &sb) != 0) {
-        if (errno == ENOENT && !required) return 0;
-        return fail(f->path, "%s", errno == ENOENT ? "required file is missing" : strerror(errno));
-    }
-    char err[512];
-    if (npy_load(f->path, &f->a, err, sizeof err)) {
-        fprintf(stderr, "%s\n", err);
-        return -1;
-    }
-    return 1;
-}
-
-/* Shape check: want[i] < 0 accepts any extent. `names` describes the dims. */
-static int check_shape(npy_file *f, int rank, const int64_t *want, const char *names)
-{
-    char got[128], exp[128];
-    bool ok = f->a.ndim == rank;
-    for (int i = 0; ok && i < rank; ++i) ok = want[i] < 0 || f->a.shape[i] == want[i];
-    if (ok) return 0;
-    int64_t w[NPY_MAX_DIMS];
-    char *p = exp;
-    for (int i = 0; i < rank; ++i) w[i] = want[i];
-    cli_shape_str(f->a.ndim, f->a.shape, got, sizeof got);
-    if (f->a.ndim != rank) return fail(f->path, "expected %d dims %s, got %d: %s", rank, names, f->a.ndim, got);
-    for (int i = 0; i < rank; ++i) {
-        p += snprintf(p, sizeof exp - (size_t)(p - exp), "%s", i ? ", " : "[");
-        if (w[i] < 0) p += snprintf(p, sizeof exp - (size_t)(p - exp), "*");
-        else p += snprintf(p, sizeof exp - (size_t)(p - exp), "%lld", (long long)w[i]);
-    }
-    snprintf(p, sizeof exp - (size_t)(p - exp), "]");
-    return fail(f->path, "expected shape %s = %s, got %s", names, exp, got);
-}
-
 static int to_float(npy_file *f, float **out)
 {
     char err[512];
     if (f->a.dtype != NPY_F32 && f->a.dtype != NPY_F16 && f->a.dtype != NPY_F64)
-        return fail(f->path, "expected a float array (float16, float32 or float64), got %s", npy_dtype_name(f->a.dtype));
-    if (npy_to_f32(&f->a, out, err, sizeof err)) return fail(f->path, "%s", err);
+        return npy_file_fail(f->path, "expected a float array (float16, float32 or float64), got %s", npy_dtype_name(f->a.dtype));
+    if (npy_to_f32(&f->a, out, err, sizeof err)) return npy_file_fail(f->path, "%s", err);
     return 0;
 }
 
 static int to_int(npy_file *f, int32_t **out)
 {
     char err[512];
-    if (npy_to_i32(&f->a, out, err, sizeof err)) return fail(f->path, "%s", err);
+    if (npy_to_i32(&f->a, out, err, sizeof err)) return npy_file_fail(f->path, "%s", err);
     return 0;
 }
 
@@ -86,8 +31,8 @@ static int to_int(npy_file *f, int32_t **out)
 static int opt_float(const char *dir, const char *name, int rank, const int64_t *want, const char *names, float **out)
 {
     npy_file f;
-    int rc = open_npy(dir, name, 0, &f);
-    if (rc > 0) rc = check_shape(&f, rank, want, names) || to_float(&f, out) ? -1 : 1;
+    int rc = npy_file_open(dir, name, 0, &f);
+    if (rc > 0) rc = npy_file_check_shape(&f, rank, want, names) || to_float(&f, out) ? -1 : 1;
     npy_free(&f.a);
     return rc;
 }
@@ -95,7 +40,7 @@ static int opt_float(const char *dir, const char *name, int rank, const int64_t 
 static int head_dim(const npy_file *f, int64_t d, const char *what)
 {
     if (d < 8 || d > 256 || d % 8)
-        return fail(f->path, "%s = %lld: expected a multiple of 8 in 8..256", what, (long long)d);
+        return npy_file_fail(f->path, "%s = %lld: expected a multiple of 8 in 8..256", what, (long long)d);
     return 0;
 }
 
@@ -104,11 +49,11 @@ static int load_qkv(const char *dir, nsa_files *o)
     npy_file f;
     int64_t any4[4] = {-1, -1, -1, -1};
     int rc = -1;
-    if (open_npy(dir, "q.npy", 1, &f) < 0) return -1;
-    if (check_shape(&f, 4, any4, "[B, T, HQ, DK]")) goto done;
+    if (npy_file_open(dir, "q.npy", 1, &f) < 0) return -1;
+    if (npy_file_check_shape(&f, 4, any4, "[B, T, HQ, DK]")) goto done;
     for (int i = 0; i < 3; ++i)
         if (f.a.shape[i] < 1 || f.a.shape[i] > (i == 1 ? (1 << 30) : 65535)) {
-            fail(f.path, "dim %d = %lld: expected B, HQ in 1..65535 and T in 1..2^30", i, (long long)f.a.shape[i]);
+            npy_file_fail(f.path, "dim %d = %lld: expected B, HQ in 1..65535 and T in 1..2^30", i, (long long)f.a.shape[i]);
             goto done;
         }
     if (head_dim(&f, f.a.shape[3], "DK")) goto done;
@@ -117,9 +62,9 @@ static int load_qkv(const char *dir, nsa_files *o)
     npy_free(&f.a);
 
     int64_t wk[4] = {o->B, o->T, -1, o->DK};
-    if (open_npy(dir, "k.npy", 1, &f) < 0 || check_shape(&f, 4, wk, "[B, T, H, DK]")) goto done;
+    if (npy_file_open(dir, "k.npy", 1, &f) < 0 || npy_file_check_shape(&f, 4, wk, "[B, T, H, DK]")) goto done;
     if (f.a.shape[2] < 1 || o->HQ % f.a.shape[2]) {
-        fail(f.path, "H = %lld: expected a KV head count >= 1 dividing HQ = %d (q.npy)", (long long)f.a.shape[2], o->HQ);
+        npy_file_fail(f.path, "H = %lld: expected a KV head count >= 1 dividing HQ = %d (q.npy)", (long long)f.a.shape[2], o->HQ);
         goto done;
     }
     o->H = (int)f.a.shape[2];
@@ -127,7 +72,7 @@ static int load_qkv(const char *dir, nsa_files *o)
     npy_free(&f.a);
 
     int64_t wv[4] = {o->B, o->T, o->H, -1};
-    if (open_npy(dir, "v.npy", 1, &f) < 0 || check_shape(&f, 4, wv, "[B, T, H, DV]")) goto done;
+    if (npy_file_open(dir, "v.npy", 1, &f) < 0 || npy_file_check_shape(&f, 4, wv, "[B, T, H, DV]")) goto done;
     if (head_dim(&f, f.a.shape[3], "DV")) goto done;
     o->DV = (int)f.a.shape[3];
     if (to_float(&f, &o->v)) goto done;
@@ -140,28 +85,28 @@ done:
 static int load_cu(const char *dir, nsa_files *o)
 {
     npy_file f;
-    int rc = open_npy(dir, "cu_seqlens.npy", 0, &f);
+    int rc = npy_file_open(dir, "cu_seqlens.npy", 0, &f);
     if (rc <= 0) return rc;
     rc = -1;
     if (f.a.ndim != 1 || f.a.shape[0] < 2) {
         char got[128];
-        fail(f.path, "expected shape [N+1] with N >= 1, got %s", cli_shape_str(f.a.ndim, f.a.shape, got, sizeof got));
+        npy_file_fail(f.path, "expected shape [N+1] with N >= 1, got %s", cli_shape_str(f.a.ndim, f.a.shape, got, sizeof got));
         goto done;
     }
     if (o->B != 1) {
-        fail(f.path, "varlen needs B = 1, but q.npy has B = %d", o->B);
+        npy_file_fail(f.path, "varlen needs B = 1, but q.npy has B = %d", o->B);
         goto done;
     }
     if (to_int(&f, &o->cu)) goto done;
     o->N = (int)f.a.shape[0] - 1;
     if (o->cu[0] != 0 || o->cu[o->N] != o->T) {
-        fail(f.path, "expected cu_seqlens[0] = 0 and cu_seqlens[%d] = T = %d, got %d and %d", o->N, o->T, o->cu[0],
+        npy_file_fail(f.path, "expected cu_seqlens[0] = 0 and cu_seqlens[%d] = T = %d, got %d and %d", o->N, o->T, o->cu[0],
              o->cu[o->N]);
         goto done;
     }
     for (int s = 0; s < o->N; ++s)
         if (o->cu[s + 1] < o->cu[s]) {
-            fail(f.path, "expected non-decreasing offsets, got cu_seqlens[%d] = %d > cu_seqlens[%d] = %d", s, o->cu[s],
+            npy_file_fail(f.path, "expected non-decreasing offsets, got cu_seqlens[%d] = %d > cu_seqlens[%d] = %d", s, o->cu[s],
                  s + 1, o->cu[s + 1]);
             goto done;
         }
@@ -174,13 +119,13 @@ done:
 static int load_indices(const char *dir, nsa_files *o)
 {
     npy_file f;
-    int rc = open_npy(dir, "block_indices.npy", 0, &f);
+    int rc = npy_file_open(dir, "block_indices.npy", 0, &f);
     if (rc > 0) {
         int64_t want[4] = {o->B, o->T, o->H, -1};
         rc = -1;
-        if (check_shape(&f, 4, want, "[B, T, H, S]")) goto done;
+        if (npy_file_check_shape(&f, 4, want, "[B, T, H, S]")) goto done;
         if (f.a.shape[3] < 1 || f.a.shape[3] > 1024) {
-            fail(f.path, "S = %lld: expected 1..1024 selected blocks per query", (long long)f.a.shape[3]);
+            npy_file_fail(f.path, "S = %lld: expected 1..1024 selected blocks per query", (long long)f.a.shape[3]);
             goto done;
         }
         if (to_int(&f, &o->bidx)) goto done;
@@ -189,10 +134,10 @@ static int load_indices(const char *dir, nsa_files *o)
     }
     npy_free(&f.a);
     if (rc < 0) return rc;
-    rc = open_npy(dir, "block_counts.npy", 0, &f);
+    rc = npy_file_open(dir, "block_counts.npy", 0, &f);
     if (rc > 0) {
         int64_t want[3] = {o->B, o->T, o->H};
-        rc = check_shape(&f, 3, want, "[B, T, H]") || to_int(&f, &o->bcnt) ? -1 : 1;
+        rc = npy_file_check_shape(&f, 3, want, "[B, T, H]") || to_int(&f, &o->bcnt) ? -1 : 1;
     }
 done:
     npy_free(&f.a);
@@ -204,10 +149,10 @@ static int load_cmp(const char *dir, nsa_files *o)
     int64_t wk[4] = {o->B, -1, o->H, o->DK}, wv[4] = {o->B, -1, o->H, o->DV};
     char path[4096];
     npy_file f;
-    int rk = open_npy(dir, "k_cmp.npy", 0, &f);
+    int rk = npy_file_open(dir, "k_cmp.npy", 0, &f);
     if (rk < 0) return -1;
     if (rk > 0) {
-        int bad = check_shape(&f, 4, wk, "[B, NC, H, DK]") || to_float(&f, &o->k_cmp);
+        int bad = npy_file_check_shape(&f, 4, wk, "[B, NC, H, DK]") || to_float(&f, &o->k_cmp);
         o->NC = bad ? 0 : (int)f.a.shape[1];
         npy_free(&f.a);
         if (bad) return -1;
@@ -216,7 +161,7 @@ static int load_cmp(const char *dir, nsa_files *o)
     int rv = opt_float(dir, "v_cmp.npy", 4, wv, "[B, NC, H, DV] (NC of k_cmp.npy)", &o->v_cmp);
     if (rv < 0) return -1;
     if (rk != rv)
-        return fail(cli_path(dir, rk ? "k_cmp.npy" : "v_cmp.npy", path, sizeof path), "given without %s",
+        return npy_file_fail(cli_path(dir, rk ? "k_cmp.npy" : "v_cmp.npy", path, sizeof path), "given without %s",
                     rk ? "v_cmp.npy" : "k_cmp.npy");
     return 0;
 }
@@ -244,7 +189,7 @@ int nsa_files_check(const nsa_files *f, int block_size, int cmp_stride)
         if (!f->cu) nc = ((int64_t)f->T + cmp_stride - 1) / cmp_stride;
         for (int s = 0; f->cu && s < f->N; ++s) nc += ((int64_t)f->cu[s + 1] - f->cu[s] + cmp_stride - 1) / cmp_stride;
         if (nc != f->NC)
-            return fail(cli_path(f->dir, "k_cmp.npy", path, sizeof path),
+            return npy_file_fail(cli_path(f->dir, "k_cmp.npy", path, sizeof path),
                         "NC = %d compressed tokens, but %lld are expected with compression stride %d%s", f->NC,
                         (long long)nc, cmp_stride, f->cu ? " and cu_seqlens.npy" : "");
     }
@@ -259,7 +204,7 @@ int nsa_files_check(const nsa_files *f, int block_size, int cmp_stride)
                 const int32_t *row = f->bidx + (((size_t)b * f->T + t) * f->H + h) * S;
                 for (size_t j = 0; j < S; ++j)
                     if (row[j] >= nb)
-                        return fail(cli_path(f->dir, "block_indices.npy", path, sizeof path),
+                        return npy_file_fail(cli_path(f->dir, "block_indices.npy", path, sizeof path),
                                     "entry [%d, %d, %d, %zu] = %d is out of range: the sequence of token %d has %lld "
                                     "blocks of %d",
                                     b, t, h, j, row[j], t, (long long)nb, block_size);

@@ -1,0 +1,24 @@
+/* npy_file.h: the tool's input files: loading an optional or required .npy
+ * from a folder and checking its shape, with one-line errors naming the file. */
+#ifndef CLNSA_TOOLS_NPY_FILE_H
+#define CLNSA_TOOLS_NPY_FILE_H
+
+#include "npy.h"
+
+#include <stdbool.h>
+#include <stdint.h>
+
+typedef struct {
+    char path[4096];
+    npy_array a;
+} npy_file;
+
+/* Prints "path: message" on stderr; returns -1. */
+int npy_file_fail(const char *path, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* 1: loaded, 0: absent (and not required), -1: error (printed). */
+int npy_file_open(const char *dir, const char *name, bool required, npy_file *f);
+/* 0 when the array has `rank` dims matching `want` (< 0 = any extent), else
+ * -1 with a message; `names` describes the dims, e.g. "[B, T, HQ, DK]". */
+int npy_file_check_shape(const npy_file *f, int rank, const int64_t *want, const char *names);
+
+#endif

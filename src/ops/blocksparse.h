@@ -70,16 +70,9 @@ clnsa_status bs_check_workspace(clnsa_context *ctx, cl_mem ws, size_t ws_bytes, 
 
 /* ------------------------------------------------------------ launches */
 
-typedef struct {
-    cl_kernel kernel;
-    size_t global[3], local[3];
-} bs_launch;
-
-#define BS_MAX_LAUNCHES 16
-typedef struct {
-    bs_launch l[BS_MAX_LAUNCHES];
-    int n;
-} bs_plan;
+/* Launches go through the library's op plan (src/api/plan.c): every kernel
+ * is created and given its arguments before the first is enqueued. */
+typedef op_plan bs_plan;
 
 /* Creates kernel `name` of the program (files, defines) as the plan's next
  * launch and starts its argument list. */

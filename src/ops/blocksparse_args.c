@@ -241,24 +241,14 @@ clnsa_status bs_check_workspace(clnsa_context *ctx, cl_mem ws, size_t ws_bytes, 
 clnsa_status bs_plan_kernel(clnsa_context *ctx, bs_plan *plan, const char *const *files, const char *defines,
                             const char *name, bool idx_long, kargs *a)
 {
-    if (plan->n >= BS_MAX_LAUNCHES) return cx_fail(ctx, CLNSA_ERROR_INVALID_ARGUMENT, "internal: too many launches");
     cl_program prog;
     clnsa_status st = program_get(ctx, files, defines, &prog);
-    bs_launch *l = &plan->l[plan->n];
-    memset(l, 0, sizeof *l);
-    if (st == CLNSA_SUCCESS) st = kernel_create(ctx, prog, name, &l->kernel);
-    if (st != CLNSA_SUCCESS) return st;
-    plan->n++;
-    a->kernel = l->kernel;
-    a->next = 0;
-    a->err = CL_SUCCESS;
-    a->idx_long = idx_long;
-    return CLNSA_SUCCESS;
+    return st == CLNSA_SUCCESS ? plan_add_kernel(ctx, plan, prog, name, (size_t[3]){1, 1, 1}, 1, a, idx_long) : st;
 }
 
 void bs_plan_range(bs_plan *plan, size_t g0, size_t g1, size_t g2, size_t l0)
 {
-    bs_launch *l = &plan->l[plan->n - 1];
+    plan_step *l = &plan->steps[plan->nsteps - 1];
     l->global[0] = round_up(g0 ? g0 : 1, l0);
     l->global[1] = g1 ? g1 : 1;
     l->global[2] = g2 ? g2 : 1;
@@ -269,19 +259,10 @@ void bs_plan_range(bs_plan *plan, size_t g0, size_t g1, size_t g2, size_t l0)
 
 clnsa_status bs_plan_enqueue(clnsa_context *ctx, bs_plan *plan, cmd_chain *chain)
 {
-    for (int i = 0; i < plan->n; ++i) {
-        clnsa_status st = chain_kernel(ctx, chain, plan->l[i].kernel, plan->l[i].global, plan->l[i].local);
-        if (st != CLNSA_SUCCESS) return st;
-    }
-    return CLNSA_SUCCESS;
+    return plan_enqueue(ctx, plan, chain);
 }
 
-void bs_plan_release(bs_plan *plan)
-{
-    for (int i = 0; i < plan->n; ++i)
-        if (plan->l[i].kernel) clReleaseKernel(plan->l[i].kernel);
-    plan->n = 0;
-}
+void bs_plan_release(bs_plan *plan) { plan_release(plan); }
 
 void ka_ws_int(kargs *a, cl_mem ws, size_t byte_off)
 {

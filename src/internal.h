@@ -167,6 +167,10 @@ clnsa_status plan_add_gemm(clnsa_context *ctx, op_plan *p, cl_mem buf, bool tran
                            size_t b_ld, float beta, size_t c_off, size_t c_ld);
 clnsa_status plan_enqueue(clnsa_context *ctx, const op_plan *p, cmd_chain *chain);
 void plan_release(op_plan *p);
+/* The start of every enqueuing entry point: clears the caller's event and
+ * this thread's message, and checks the queue and the wait list. */
+clnsa_status op_begin(clnsa_context *ctx, cl_command_queue queue, cl_uint nwait, const cl_event *wait,
+                      cl_event *event);
 /* Enqueues the plan if `prepared` is CLNSA_SUCCESS, hands the last event to
  * the caller, and releases the plan either way. */
 clnsa_status plan_run(clnsa_context *ctx, op_plan *p, clnsa_status prepared, cl_command_queue queue,

@@ -124,3 +124,13 @@ clnsa_status plan_run(clnsa_context *ctx, op_plan *p, clnsa_status prepared, cl_
     plan_release(p);
     return st;
 }
+
+clnsa_status op_begin(clnsa_context *ctx, cl_command_queue queue, cl_uint nwait, const cl_event *wait, cl_event *event)
+{
+    if (event) *event = NULL;
+    if (!ctx) return CLNSA_ERROR_NULL_ARGUMENT;
+    cx_clear(ctx);
+    if (!queue) return cx_fail(ctx, CLNSA_ERROR_NULL_ARGUMENT, "queue: expected a cl_command_queue, got NULL");
+    if (nwait && !wait) return cx_fail(ctx, CLNSA_ERROR_NULL_ARGUMENT, "wait_list: expected %u events, got NULL", nwait);
+    return CLNSA_SUCCESS;
+}

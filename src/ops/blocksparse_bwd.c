@@ -202,11 +202,8 @@ clnsa_status clnsa_blocksparse_backward(clnsa_context *ctx, cl_command_queue que
                                         const clnsa_blocksparse_grads *grads, cl_mem workspace, size_t workspace_bytes,
                                         cl_uint nwait, const cl_event *wait, cl_event *event)
 {
-    if (!ctx) return CLNSA_ERROR_NULL_ARGUMENT;
-    cx_clear(ctx);
-    if (event) *event = NULL;
-    if (!queue) return cx_fail(ctx, CLNSA_ERROR_NULL_ARGUMENT, "queue: expected a cl_command_queue, got NULL");
-    if (nwait && !wait) return cx_fail(ctx, CLNSA_ERROR_NULL_ARGUMENT, "wait_list: expected %u events, got NULL", nwait);
+    clnsa_status begun = op_begin(ctx, queue, nwait, wait, event);
+    if (begun != CLNSA_SUCCESS) return begun;
     bwd_setup s;
     clnsa_status st = setup(ctx, config, in, gin, grads, &s);
     if (st == CLNSA_SUCCESS) st = bs_check_workspace(ctx, workspace, workspace_bytes, s.total);

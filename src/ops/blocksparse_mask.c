@@ -78,22 +78,12 @@ static clnsa_status run_plan(clnsa_context *ctx, cl_command_queue queue, bs_plan
     return st;
 }
 
-static clnsa_status check_call(clnsa_context *ctx, cl_command_queue queue, cl_uint nwait, const cl_event *wait,
-                               cl_event *event)
-{
-    if (event) *event = NULL;
-    if (!queue) return cx_fail(ctx, CLNSA_ERROR_NULL_ARGUMENT, "queue: expected a cl_command_queue, got NULL");
-    if (nwait && !wait) return cx_fail(ctx, CLNSA_ERROR_NULL_ARGUMENT, "wait_list: expected %u events, got NULL", nwait);
-    return CLNSA_SUCCESS;
-}
 
 clnsa_status clnsa_block_mask_build(clnsa_context *ctx, cl_command_queue queue, const clnsa_block_mask_desc *d,
                                     clnsa_mask_op op, const clnsa_tensor *mask, cl_uint nwait, const cl_event *wait,
                                     cl_event *event)
 {
-    if (!ctx) return CLNSA_ERROR_NULL_ARGUMENT;
-    cx_clear(ctx);
-    clnsa_status st = check_call(ctx, queue, nwait, wait, event);
+    clnsa_status st = op_begin(ctx, queue, nwait, wait, event);
     if (st != CLNSA_SUCCESS) return st;
     if (!d) return cx_fail(ctx, CLNSA_ERROR_NULL_ARGUMENT, "desc: expected a clnsa_block_mask_desc, got NULL");
     if (d->kind < CLNSA_BLOCK_MASK_ALL || d->kind > CLNSA_BLOCK_MASK_SEGMENT)
@@ -169,9 +159,7 @@ clnsa_status clnsa_block_mask_combine(clnsa_context *ctx, cl_command_queue queue
                                       const clnsa_tensor *a, const clnsa_tensor *b, const clnsa_tensor *out,
                                       cl_uint nwait, const cl_event *wait, cl_event *event)
 {
-    if (!ctx) return CLNSA_ERROR_NULL_ARGUMENT;
-    cx_clear(ctx);
-    clnsa_status st = check_call(ctx, queue, nwait, wait, event);
+    clnsa_status st = op_begin(ctx, queue, nwait, wait, event);
     if (st != CLNSA_SUCCESS) return st;
     if (op != CLNSA_MASK_AND && op != CLNSA_MASK_OR)
         return cx_fail(ctx, CLNSA_ERROR_INVALID_ARGUMENT, "op: expected CLNSA_MASK_AND or CLNSA_MASK_OR, got %d", (int)op);
@@ -219,9 +207,7 @@ static void CL_CALLBACK free_staging(cl_event ev, cl_int status, void *data)
 clnsa_status clnsa_block_mask_from_host(clnsa_context *ctx, cl_command_queue queue, const uint8_t *host,
                                         const clnsa_tensor *mask, cl_uint nwait, const cl_event *wait, cl_event *event)
 {
-    if (!ctx) return CLNSA_ERROR_NULL_ARGUMENT;
-    cx_clear(ctx);
-    clnsa_status st = check_call(ctx, queue, nwait, wait, event);
+    clnsa_status st = op_begin(ctx, queue, nwait, wait, event);
     if (st != CLNSA_SUCCESS) return st;
     if (!host) return cx_fail(ctx, CLNSA_ERROR_NULL_ARGUMENT, "host: expected a host array, got NULL");
     mask_view v;

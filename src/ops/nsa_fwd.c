@@ -151,11 +151,8 @@ clnsa_status clnsa_nsa_forward(clnsa_context *ctx, cl_command_queue queue, const
                                const clnsa_nsa_inputs *in, const clnsa_nsa_outputs *out, cl_mem workspace,
                                size_t workspace_bytes, cl_uint nwait, const cl_event *wait, cl_event *event)
 {
-    if (event) *event = NULL;
-    if (!ctx) return CLNSA_ERROR_NULL_ARGUMENT;
-    cx_clear(ctx);
-    if (!queue) return cx_fail(ctx, CLNSA_ERROR_NULL_ARGUMENT, "queue: expected a cl_command_queue, got NULL");
-    if (nwait && !wait) return cx_fail(ctx, CLNSA_ERROR_NULL_ARGUMENT, "wait_list: expected %u events, got NULL", nwait);
+    clnsa_status begun = op_begin(ctx, queue, nwait, wait, event);
+    if (begun != CLNSA_SUCCESS) return begun;
     nsa_problem pb;
     nsa_workspace lay;
     clnsa_status st = nsa_validate(ctx, config, in, out, false, &pb);

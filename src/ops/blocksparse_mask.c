@@ -46,7 +46,8 @@ static clnsa_status mask_view_of(clnsa_context *ctx, const char *name, const cln
     v->st[1] = r >= 3 && v->nh > 1 ? m->strides[r - 3] : 0;
     v->st[2] = m->strides[r - 2];
     v->st[3] = m->strides[r - 1];
-    if (v->nb * v->nh > 65535 * 65535LL || v->nqb > 0x7fffffff || v->nkb > 0x7fffffff)
+    int64_t nbh; /* checked: broadcast extents (stride 0) pass the bounds check at any size */
+    if (__builtin_mul_overflow(v->nb, v->nh, &nbh) || nbh > 65535 * 65535LL || v->nqb > 0x7fffffff || v->nkb > 0x7fffffff)
         return cx_fail(ctx, CLNSA_ERROR_SHAPE_MISMATCH, "%s: too large", name);
     return CLNSA_SUCCESS;
 }
@@ -125,6 +126,8 @@ clnsa_status clnsa_block_mask_build(clnsa_context *ctx, cl_command_queue queue, 
                            "mask: expected a batch extent equal to the segment ids' B = %lld (rank 4), got %lld",
                            (long long)sq->shape[0], (long long)v.nb);
     }
+    /* An empty mask: nothing to write (the kernel divides by the head extent) */
+    if (v.nb == 0 || v.nh == 0 || v.nqb == 0 || v.nkb == 0) return run_plan(ctx, queue, &(bs_plan){0}, CLNSA_SUCCESS, nwait, wait, event);
     const clnsa_tensor *all[] = {mask, sq, sk};
     const bool il = long_index(all, 3);
     char defines[256];
@@ -176,6 +179,8 @@ clnsa_status clnsa_block_mask_combine(clnsa_context *ctx, cl_command_queue queue
                            i ? "b" : "a", (long long)vo.nb, (long long)vo.nh, (long long)vo.nqb, (long long)vo.nkb,
                            (long long)v->nb, (long long)v->nh, (long long)v->nqb, (long long)v->nkb);
     }
+    /* An empty output: nothing to write (the kernel divides by the head extent) */
+    if (vo.nb == 0 || vo.nh == 0 || vo.nqb == 0 || vo.nkb == 0) return run_plan(ctx, queue, &(bs_plan){0}, CLNSA_SUCCESS, nwait, wait, event);
     const clnsa_tensor *all[] = {a, b, out};
     const bool il = long_index(all, 3);
     char defines[256];

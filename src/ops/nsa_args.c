@@ -119,8 +119,9 @@ static clnsa_status check_inputs(clnsa_context *ctx, const clnsa_nsa_inputs *in,
 
     if (tensor_present(&in->cu_seqlens)) {
         CHECK(tensor_check(ctx, &in->cu_seqlens, &(tensor_spec){"cu_seqlens", CLNSA_DTYPE_I32, 1, {-1}, false}));
-        if (in->cu_seqlens.shape[0] < 2)
-            return cx_fail(ctx, CLNSA_ERROR_SHAPE_MISMATCH, "cu_seqlens: expected [N+1] with N >= 1, got [%lld]",
+        /* N <= 2^30 keeps the row counts below in int (a stride-0 view passes the bounds check at any N) */
+        if (in->cu_seqlens.shape[0] < 2 || in->cu_seqlens.shape[0] > (1 << 30) + 1)
+            return cx_fail(ctx, CLNSA_ERROR_SHAPE_MISMATCH, "cu_seqlens: expected [N+1] with 1 <= N <= 2^30, got [%lld]",
                            (long long)in->cu_seqlens.shape[0]);
         if (B != 1) return cx_fail(ctx, CLNSA_ERROR_SHAPE_MISMATCH, "q: expected B = 1 with cu_seqlens, got B = %d", B);
         pb->varlen = true;

@@ -2,8 +2,9 @@
  * returns its own status and a message naming the argument, and enqueues
  * nothing (outputs and workspace stay byte-identical, *event is NULL).
  * Also: status strings, version, recovery after a failure, threads sharing
- * one context, views with guard regions and strided views. */
-#include "testutil.h"
+ * one context, strided views. (Guard regions around every op's outputs:
+ * test_guard.c.) */
+#include "guard.h"
 
 #include <math.h>
 #include <pthread.h>
@@ -32,33 +33,13 @@ static cl_mem make_buffer(const test_env *e, size_t bytes)
     return m;
 }
 
-static size_t mem_size(cl_mem m)
-{
-    size_t n = 0;
-    assert_int_equal(clGetMemObjectInfo(m, CL_MEM_SIZE, sizeof n, &n, NULL), CL_SUCCESS);
-    return n;
-}
-
-static void fill_pattern(unsigned char *p, size_t n, unsigned salt)
-{
-    for (size_t i = 0; i < n; ++i) p[i] = (unsigned char)(i * 131u + 17u + salt * 7u);
-}
-
 /* Writes a byte pattern over the whole buffer (blocking) and returns it. */
 static unsigned char *sentinel(cl_command_queue q, cl_mem m, unsigned salt)
 {
-    size_t n = mem_size(m);
+    size_t n = mem_bytes(m);
     unsigned char *p = malloc(n);
-    fill_pattern(p, n, salt);
+    for (size_t i = 0; i < n; ++i) p[i] = (unsigned char)(i * 131u + 17u + salt * 7u);
     assert_int_equal(clEnqueueWriteBuffer(q, m, CL_TRUE, 0, n, p, 0, NULL, NULL), CL_SUCCESS);
-    return p;
-}
-
-static unsigned char *read_all(cl_command_queue q, cl_mem m)
-{
-    size_t n = mem_size(m);
-    unsigned char *p = malloc(n);
-    assert_int_equal(clEnqueueReadBuffer(q, m, CL_TRUE, 0, n, p, 0, NULL, NULL), CL_SUCCESS);
     return p;
 }
 
@@ -263,9 +244,9 @@ static void expect_fail_(call c, clnsa_status want, const char *name, unsigned f
     if (c.queue && c.queue != env.queue) assert_int_equal(clFinish(c.queue), CL_SUCCESS);
     for (int i = 0; i < nw; ++i) {
         unsigned char *after = read_all(env.queue, watch[i]);
-        if (memcmp(before[i], after, mem_size(watch[i])) != 0)
+        if (memcmp(before[i], after, mem_bytes(watch[i])) != 0)
             print_error("line %d: buffer %d was written by a failed call\n", line, i);
-        assert_memory_equal(before[i], after, mem_size(watch[i]));
+        assert_memory_equal(before[i], after, mem_bytes(watch[i]));
         free(after);
         free(before[i]);
     }
@@ -921,117 +902,6 @@ static void test_multithread(void **state)
 
 /* ------------------------------------------------------------ views */
 
-/* The outputs placed inside larger, pattern-filled buffers at offsets > 0
- * with gaps between rows: nothing outside the views changes, the inputs are
- * not written, and the values equal those of the contiguous run. */
-static void test_guard_regions(void **state)
-{
-    (void)state;
-    const shape sh = {2, 27, 6, 2, 16, 8, 3, 5, NULL, 0};
-    const int B = sh.B, T = sh.T, HQ = sh.HQ, H = sh.H, D = sh.D, S = sh.S;
-    const size_t nq = (size_t)B * T * HQ, nk = (size_t)B * T * H;
-    problem p;
-    problem_make(&p, &env, &sh, 4242);
-    assert_int_equal(problem_run(&p, &env, env.queue), CLNSA_SUCCESS);
-    float *o_ref = (float *)read_all(env.queue, p.o);
-    float *lse_ref[3];
-    for (int i = 0; i < 3; ++i) lse_ref[i] = (float *)read_all(env.queue, p.lse[i]);
-    int32_t *bi_ref = (int32_t *)read_all(env.queue, p.bi);
-
-    /* inputs as they are before the guarded run */
-    cl_mem inputs[] = {p.q, p.k, p.v, p.g[0], p.g[1], p.g[2]};
-    unsigned char *in_before[6];
-    for (int i = 0; i < 6; ++i) in_before[i] = read_all(env.queue, inputs[i]);
-
-    /* o: offset 37, a 3-element gap after each head, 29 elements after */
-    const size_t o_off = 37, o_ds = (size_t)D + 3;
-    const size_t o_n = o_off + nq * o_ds + 29;
-    /* lse: offset 11, every other element */
-    const size_t l_off = 11, l_n = l_off + 2 * nq + 5;
-    /* block indices: offset 5, contiguous, 7 after */
-    const size_t b_off = 5, b_n = b_off + nk * S + 7;
-    cl_mem om = make_buffer(&env, o_n * 4), lm[3], bm = make_buffer(&env, b_n * 4);
-    for (int i = 0; i < 3; ++i) lm[i] = make_buffer(&env, l_n * 4);
-    unsigned char *o_before = sentinel(env.queue, om, 1), *b_before = sentinel(env.queue, bm, 2), *l_before[3];
-    for (int i = 0; i < 3; ++i) l_before[i] = sentinel(env.queue, lm[i], 3 + (unsigned)i);
-
-    clnsa_nsa_outputs out = p.out;
-    out.o = tensor4(om, F32, B, T, HQ, D);
-    out.o.offset = o_off;
-    out.o.strides[2] = (int64_t)o_ds;
-    out.o.strides[1] = (int64_t)HQ * o_ds;
-    out.o.strides[0] = (int64_t)T * HQ * o_ds;
-    clnsa_tensor *lse[3] = {&out.lse_cmp, &out.lse_slc, &out.lse_swa};
-    for (int i = 0; i < 3; ++i) {
-        *lse[i] = tensor3(lm[i], F32, B, T, HQ);
-        lse[i]->offset = l_off;
-        for (int d = 0; d < 3; ++d) lse[i]->strides[d] *= 2;
-    }
-    out.block_indices = tensor4(bm, I32, B, T, H, S);
-    out.block_indices.offset = b_off;
-
-    size_t ws_bytes = 0;
-    assert_int_equal(clnsa_nsa_forward_workspace_size(env.ctx, env.queue, &p.cfg, &p.in, &out, &ws_bytes),
-                     CLNSA_SUCCESS);
-    assert_true(ws_bytes <= p.ws_bytes);
-    cl_event ev = NULL;
-    clnsa_status st = clnsa_nsa_forward(env.ctx, env.queue, &p.cfg, &p.in, &out, p.ws, p.ws_bytes, 0, NULL, &ev);
-    if (st) print_error("%s\n", clnsa_last_error(env.ctx));
-    assert_int_equal(st, CLNSA_SUCCESS);
-    assert_int_equal(clWaitForEvents(1, &ev), CL_SUCCESS);
-    clReleaseEvent(ev);
-
-    /* o: inside the view equal to the contiguous run, outside untouched */
-    unsigned char *o_after = read_all(env.queue, om);
-    bool *in_view = calloc(o_n, 1);
-    for (size_t r = 0; r < nq; ++r)
-        for (int d = 0; d < D; ++d) {
-            size_t at = o_off + r * o_ds + (size_t)d;
-            in_view[at] = true;
-            assert_memory_equal(o_after + 4 * at, &o_ref[r * D + d], 4);
-        }
-    size_t guarded = 0;
-    for (size_t i = 0; i < o_n; ++i)
-        if (!in_view[i]) {
-            assert_memory_equal(o_after + 4 * i, o_before + 4 * i, 4);
-            ++guarded;
-        }
-    free(in_view);
-    for (int k = 0; k < 3; ++k) {
-        unsigned char *a = read_all(env.queue, lm[k]);
-        for (size_t i = 0; i < l_n; ++i) {
-            bool inside = i >= l_off && i < l_off + 2 * nq && (i - l_off) % 2 == 0;
-            if (inside) assert_memory_equal(a + 4 * i, &lse_ref[k][(i - l_off) / 2], 4);
-            else assert_memory_equal(a + 4 * i, l_before[k] + 4 * i, 4);
-        }
-        free(a);
-        free(l_before[k]);
-        free(lse_ref[k]);
-        clReleaseMemObject(lm[k]);
-    }
-    unsigned char *b_after = read_all(env.queue, bm);
-    assert_memory_equal(b_after, b_before, 4 * b_off);
-    assert_memory_equal(b_after + 4 * b_off, bi_ref, 4 * nk * S);
-    assert_memory_equal(b_after + 4 * (b_off + nk * S), b_before + 4 * (b_off + nk * S), 4 * 7);
-
-    for (int i = 0; i < 6; ++i) {
-        unsigned char *a = read_all(env.queue, inputs[i]);
-        assert_memory_equal(a, in_before[i], mem_size(inputs[i]));
-        free(a);
-        free(in_before[i]);
-    }
-    print_message("  %zu guard elements of o unchanged; inputs byte-identical\n", guarded);
-    free(o_after);
-    free(o_before);
-    free(b_after);
-    free(b_before);
-    free(o_ref);
-    free(bi_ref);
-    clReleaseMemObject(om);
-    clReleaseMemObject(bm);
-    problem_free(&p);
-}
-
 /* q as a slice of a [B,T,HQ,2*DK] buffer, k and v stored [B,H,T,D]: the
  * same results as the contiguous layout. */
 static void strided_case(const shape *sh, uint64_t seed)
@@ -1188,7 +1058,6 @@ int main(void)
         cmocka_unit_test(test_dtype_helpers),
         cmocka_unit_test(test_recovers_after_failure),
         cmocka_unit_test(test_multithread),
-        cmocka_unit_test(test_guard_regions),
         cmocka_unit_test(test_strided_views),
     };
     return cmocka_run_group_tests(tests, setup, teardown);

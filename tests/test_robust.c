@@ -126,12 +126,12 @@ static void run_robust(const nsa_case *c, uint64_t seed, modifier mod, double sc
     bwd_reference(&b, &r);
     double eg = 0;
     const char *worst = "-";
-    for (int g = 0; g < BW_COUNT; ++g) {
-        if (!b.m[g]) continue;
-        if (!finite_all(b.dev[g], b.n[g])) print_error("%s: %s has NaN or Inf\n", c->name, bwd_names[g]);
-        assert_true(finite_all(b.dev[g], b.n[g]));
-        const double x = rel_l2_floor(b.dev[g], b.ref[g], b.n[g], 1e-2);
-        if (x > eg) eg = x, worst = bwd_names[g];
+    for (int g = 0; g < G_COUNT; ++g) {
+        if (!b.g[g].m) continue;
+        if (!finite_all(b.g[g].dev, b.g[g].n)) print_error("%s: %s has NaN or Inf\n", c->name, b.g[g].name);
+        assert_true(finite_all(b.g[g].dev, b.g[g].n));
+        const double x = rel_l2_floor(b.g[g].dev, b.g[g].ref, b.g[g].n, 1e-2);
+        if (x > eg) eg = x, worst = b.g[g].name;
     }
     print_message("  %-44s o %.2g  lse %.2g  grads %.2g (%s)\n", c->name, e, el, eg, worst);
     assert_true(e < tol);

@@ -17,10 +17,11 @@ if [ ! -d "$golden" ] && ls .gpu/golden/*.tar.gz >/dev/null 2>&1; then
     mkdir -p "$golden" && for f in .gpu/golden/*.tar.gz; do tar -xzf "$f" -C "$golden"; done
 fi
 build-gpu/clnsa devices > "$OUT/devices.txt" 2>&1 || true
-for t in build-gpu/tests/test_nsa_fwd build-gpu/tests/test_nsa_bwd build-gpu/tests/test_golden build-gpu/tests/test_api; do
+for t in build-gpu/tests/test_nsa_fwd build-gpu/tests/test_nsa_bwd build-gpu/tests/test_golden build-gpu/tests/test_api \
+         build-gpu/tests/test_blocksparse build-gpu/tests/test_guard build-gpu/tests/test_faults build-gpu/tests/test_tuning; do
     [ -x "$t" ] || continue
     echo "== $t (NVIDIA OpenCL)"
-    (cd build-gpu && CLNSA_GOLDEN_DIR=$golden "../$t" 2>&1 | tail -4) | tee -a "$OUT/tests.txt"
+    (cd build-gpu && CLNSA_EXE=$PWD/clnsa CLNSA_GOLDEN_DIR=$golden timeout 300 "../$t" 2>&1 | tail -6) | tee -a "$OUT/tests.txt"
 done
 echo "== bench (portable path, NVIDIA OpenCL)"
 build-gpu/bench/bench_nsa --T "$Ts" --repeat "$repeat" --json "$OUT/bench_nvidia.json" 2>&1 | tee "$OUT/bench.txt"

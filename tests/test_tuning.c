@@ -23,9 +23,9 @@ static test_env env;
 static char tmpdir[64];
 
 /* The shape class of the PoCL entries in tuning/pocl.json. */
-static const tune_problem tiny = {32, 32, 4, 16, CLNSA_DTYPE_F32, 4, 16, 16};
+static const tune_problem tiny = {32, 32, 4, 16, CLNSA_DTYPE_F32, 4, 16, 16, false};
 /* A shape class no built-in entry names. */
-static const tune_problem other = {24, 16, 3, 8, CLNSA_DTYPE_F16, 3, 8, 8};
+static const tune_problem other = {24, 16, 3, 8, CLNSA_DTYPE_F16, 3, 8, 8, false};
 
 static const char *write_file(const char *name, const char *text)
 {
@@ -320,6 +320,136 @@ static void test_tune_run(void **state)
     clnsa_context_destroy(tuned);
 }
 
+/* One block-sparse forward + backward (causal, window 13) on `ctx`; the
+ * outputs and gradients read back into out[0..4) (o, lse, dq, dk, dv). */
+static void blocksparse_run(clnsa_context *ctx, double *out[5], size_t n[5])
+{
+    const int T = 53, H = 2, HQ = 8, D = 32;
+    const int64_t sq[4] = {1, T, HQ, D}, sk[4] = {1, T, H, D}, sl[3] = {1, T, HQ};
+    const size_t nq = (size_t)T * HQ * D, nk = (size_t)T * H * D;
+    uint64_t seed = 77;
+    double *hq = alloc_uniform(nq, -1, 1, &seed), *hk = alloc_uniform(nk, -1, 1, &seed), *hv = alloc_uniform(nk, -1, 1, &seed);
+    double *hd = alloc_uniform(nq, -1, 1, &seed);
+    cl_mem m[9] = {upload(&env, hq, nq, CLNSA_DTYPE_F32, false), upload(&env, hk, nk, CLNSA_DTYPE_F32, false),
+                   upload(&env, hv, nk, CLNSA_DTYPE_F32, false), poisoned(&env, nq, CLNSA_DTYPE_F32),
+                   poisoned(&env, (size_t)T * HQ, CLNSA_DTYPE_F32), upload(&env, hd, nq, CLNSA_DTYPE_F32, false),
+                   poisoned(&env, nq, CLNSA_DTYPE_F32), poisoned(&env, nk, CLNSA_DTYPE_F32), poisoned(&env, nk, CLNSA_DTYPE_F32)};
+    clnsa_blocksparse_config cfg;
+    clnsa_blocksparse_config_init(&cfg);
+    cfg.causal = 1;
+    cfg.window_left = 13;
+    const clnsa_tensor q = clnsa_tensor_contiguous(m[0], CLNSA_DTYPE_F32, 4, sq);
+    const clnsa_blocksparse_inputs in = {.q = q, .k = clnsa_tensor_contiguous(m[1], CLNSA_DTYPE_F32, 4, sk),
+                                         .v = clnsa_tensor_contiguous(m[2], CLNSA_DTYPE_F32, 4, sk)};
+    const clnsa_blocksparse_outputs o = {clnsa_tensor_contiguous(m[3], CLNSA_DTYPE_F32, 4, sq),
+                                         clnsa_tensor_contiguous(m[4], CLNSA_DTYPE_F32, 3, sl)};
+    const clnsa_blocksparse_grad_inputs gin = {o.o, o.lse, clnsa_tensor_contiguous(m[5], CLNSA_DTYPE_F32, 4, sq)};
+    const clnsa_blocksparse_grads gr = {.dq = clnsa_tensor_contiguous(m[6], CLNSA_DTYPE_F32, 4, sq),
+                                        .dk = clnsa_tensor_contiguous(m[7], CLNSA_DTYPE_F32, 4, sk),
+                                        .dv = clnsa_tensor_contiguous(m[8], CLNSA_DTYPE_F32, 4, sk)};
+    size_t fb = 0, bb = 0;
+    assert_int_equal(clnsa_blocksparse_forward_workspace_size(ctx, &cfg, &in, &o, &fb), CLNSA_SUCCESS);
+    assert_int_equal(clnsa_blocksparse_backward_workspace_size(ctx, &cfg, &in, &gin, &gr, &bb), CLNSA_SUCCESS);
+    cl_mem ws = poisoned(&env, (fb > bb ? fb : bb) / 4 + 1, CLNSA_DTYPE_F32);
+    assert_int_equal(clnsa_blocksparse_forward(ctx, env.queue, &cfg, &in, &o, ws, fb, 0, NULL, NULL), CLNSA_SUCCESS);
+    assert_int_equal(clnsa_blocksparse_backward(ctx, env.queue, &cfg, &in, &gin, &gr, ws, bb, 0, NULL, NULL),
+                     CLNSA_SUCCESS);
+    const size_t sizes[5] = {nq, (size_t)T * HQ, nq, nk, nk};
+    for (int i = 0; i < 5; ++i) {
+        n[i] = sizes[i];
+        out[i] = malloc(n[i] * sizeof(double));
+        download(&env, m[i == 0 ? 3 : i == 1 ? 4 : 4 + i], n[i], CLNSA_DTYPE_F32, out[i]);
+    }
+    clReleaseMemObject(ws);
+    for (int i = 0; i < 9; ++i) clReleaseMemObject(m[i]);
+    free(hq);
+    free(hk);
+    free(hv);
+    free(hd);
+}
+
+/* The block-sparse families: a user file's tiles are taken and built,
+ * CLNSA_TUNE_WG replaces only their work-group size (the tiles, and so the
+ * summation order, stay), and `clnsa tune --family blocksparse` on a tiny
+ * class writes entries that load back and give the default's results. */
+static void test_blocksparse_families(void **state)
+{
+    (void)state;
+    const clnsa_device_info *info = clnsa_context_device_info(env.ctx);
+    const tune_problem bs = {32, 32, 4, 0, CLNSA_DTYPE_F32, 0, 0, 0, false};
+    char text[1024];
+    snprintf(text, sizeof text,
+             "{\"clnsa_tuning\": 1, \"entries\": [\n"
+             " {\"vendor\": \"%s\", \"family\": \"blocksparse_fwd\", \"shape\": {\"dk\": 32, \"g\": 4},\n"
+             "  \"params\": {\"WG\": 32, \"BQ\": 8, \"BK\": 24}},\n"
+             " {\"family\": \"blocksparse_bwd\", \"params\": {\"WG\": 32, \"BQ\": 24, \"BK\": 8}}\n"
+             "]}\n",
+             tune_vendor_key(info->vendor));
+    clnsa_context *ctx = context_with(write_file("bs.json", text), CLNSA_SUCCESS);
+    tune_choice c = choose(ctx, TF_BS_FWD, &bs);
+    expect(&c, TUNE_SRC_USER, 32, 8, 24);
+    c = choose(ctx, TF_BS_BWD, &bs);
+    expect(&c, TUNE_SRC_USER, 32, 24, 8);
+    assert_int_equal(setenv("CLNSA_TUNE_WG", "64", 1), 0);
+    c = choose(ctx, TF_BS_BWD, &bs);
+    unsetenv("CLNSA_TUNE_WG");
+    expect(&c, TUNE_SRC_USER, 64, 24, 8);
+    assert_int_equal(setenv("CLNSA_TUNE_BS_FWD_BQ", "16", 1), 0);
+    c = choose(ctx, TF_BS_FWD, &bs);
+    unsetenv("CLNSA_TUNE_BS_FWD_BQ");
+    assert_int_equal(c.source, TUNE_SRC_ENV);
+    assert_int_equal(c.v[1], 16);
+
+    double *ref[5], *got[5];
+    size_t n[5];
+    blocksparse_run(env.ctx, ref, n);
+    blocksparse_run(ctx, got, n);
+    assert_true(built_with(ctx, "#define GT 8\n#define TK 24\n"));
+    assert_true(built_with(ctx, "#define BQ 24\n#define BK 8\n"));
+    for (int i = 0; i < 5; ++i) {
+        const double e = rel_l2_lse(got[i], ref[i], n[i]);
+        if (!(e <= 1e-5)) print_error("output %d with the user file's tiles: rel L2 %.3g\n", i, e);
+        assert_true(e <= 1e-5);
+        free(got[i]);
+    }
+    clnsa_context_destroy(ctx);
+
+    const char *exe = getenv("CLNSA_EXE");
+    if (!exe || access(exe, X_OK) != 0) {
+        print_message("CLNSA_EXE is not set to the clnsa tool: the tune run is skipped\n");
+        for (int i = 0; i < 5; ++i) free(ref[i]);
+        return;
+    }
+    char out[160], cmd[1024];
+    snprintf(out, sizeof out, "%s/bs_tuned.json", tmpdir);
+    snprintf(cmd, sizeof cmd,
+             "%s tune --family blocksparse --D 32 --G 4 --dtype f32 --T 40 --H 2 --window 13 --budget 3 --repeat 1 "
+             "--out %s > %s/bs_tune.log 2>&1",
+             exe, out, tmpdir);
+    const int rc = system(cmd);
+    if (rc != 0) {
+        snprintf(cmd, sizeof cmd, "cat %s/bs_tune.log", tmpdir);
+        if (system(cmd)) print_error("(no log)\n");
+    }
+    assert_int_equal(rc, 0);
+    tune_file *tf = NULL;
+    char msg[512];
+    assert_int_equal(tune_file_load(out, &tf, msg, sizeof msg), CLNSA_SUCCESS);
+    assert_int_equal(tf->count, 2);
+    assert_int_equal(tf->entries[0].block, 0); /* "*": no selection block for block-sparse */
+    tune_file_free(tf);
+    ctx = context_with(out, CLNSA_SUCCESS);
+    assert_int_equal(choose(ctx, TF_BS_FWD, &bs).source, TUNE_SRC_USER);
+    assert_int_equal(choose(ctx, TF_BS_BWD, &bs).source, TUNE_SRC_USER);
+    blocksparse_run(ctx, got, n);
+    for (int i = 0; i < 5; ++i) {
+        assert_true(rel_l2_lse(got[i], ref[i], n[i]) <= 1e-5);
+        free(got[i]);
+        free(ref[i]);
+    }
+    clnsa_context_destroy(ctx);
+}
+
 static int setup(void **state)
 {
     (void)state;
@@ -346,6 +476,7 @@ int main(void)
         cmocka_unit_test(test_database_entry_too_big),
         cmocka_unit_test(test_reject_before_compiling),
         cmocka_unit_test(test_tune_run),
+        cmocka_unit_test(test_blocksparse_families),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -34,9 +34,10 @@ typedef struct {
 
 /* ------------------------------------------------------------ one setup */
 
-/* The tensors of one op call at one size and dtype. */
+/* The tensors of one op call at one size and dtype: the NSA, or (bs) the
+ * block-sparse attention, which uses q, k, v, o, lse[0] and the gradients. */
 typedef struct {
-    bool bwd, given_idx;
+    bool bwd, given_idx, bs;
     int T, HQ, H, DK, DV, S;
     clnsa_dtype dt;
     cl_mem q, k, v, g[3], idx, o, lse[3], bi, dout, dq, dk, dv, dg[3], ws;
@@ -46,6 +47,11 @@ typedef struct {
     clnsa_nsa_outputs out;
     clnsa_nsa_grads gr;
     clnsa_tensor dout_t;
+    clnsa_blocksparse_config bcfg;
+    clnsa_blocksparse_inputs bin;
+    clnsa_blocksparse_outputs bout;
+    clnsa_blocksparse_grad_inputs bgin;
+    clnsa_blocksparse_grads bgr;
 } op_setup;
 
 static uint64_t rng_next(uint64_t *s)
@@ -88,6 +94,21 @@ static void setup_free(op_setup *s)
 }
 
 static int run_plain(const cli_env *env, op_setup *s, bool bwd);
+static clnsa_status workspace_query(const cli_env *env, op_setup *s, size_t *bytes);
+
+/* The workspace at the safe default's tiles (tune_family_run grows it to the
+ * candidates' largest before any of them runs); for a backward setup, the
+ * forward's saved tensors. Frees the setup on failure. */
+static int setup_workspace(const cli_env *env, op_setup *s)
+{
+    clnsa_status st = workspace_query(env, s, &s->ws_bytes);
+    if (st != CLNSA_SUCCESS) cli_report(env, "workspace size", st);
+    if (st != CLNSA_SUCCESS || !(s->ws = cli_buffer(env, s->ws_bytes, NULL)) || (s->bwd && run_plain(env, s, false))) {
+        setup_free(s);
+        return -1;
+    }
+    return 0;
+}
 
 /* Inputs of the NSA at T tokens in dtype dt: all three branches (the
  * window only when --window > 0); given random causal block indices when
@@ -157,30 +178,76 @@ static int setup_make(const cli_env *env, op_setup *s, const tune_opts *o, int T
         clnsa_tensor *dg[3] = {&s->gr.dg_cmp, &s->gr.dg_slc, &s->gr.dg_swa};
         for (int i = 0; i < ngate; ++i) *dg[i] = t3(s->dg[i], dt, 1, T, s->HQ);
     }
-    size_t fb = 0, bb = 0;
-    clnsa_status st = clnsa_nsa_forward_workspace_size(env->ctx, env->queue, &s->cfg, in, out, &fb);
-    if (st == CLNSA_SUCCESS && bwd)
-        st = clnsa_nsa_backward_workspace_size(env->ctx, env->queue, &s->cfg, in, out, &s->dout_t, &s->gr, &bb);
-    if (st != CLNSA_SUCCESS) {
-        cli_report(env, "workspace size", st);
+    return setup_workspace(env, s);
+}
+
+/* Block-sparse attention at T tokens: causal, with the --window as its left
+ * window (none at 0), no block mask: the sliding-window attention of the
+ * anchor's shape class. */
+static int bs_setup_make(const cli_env *env, op_setup *s, const tune_opts *o, int T, clnsa_dtype dt, bool bwd)
+{
+    uint64_t seed = 0x5eed0000u + (uint64_t)o->seed;
+    *s = (op_setup){.bwd = bwd, .bs = true, .T = T, .H = o->H, .HQ = o->G * o->H, .DK = o->D, .DV = o->DV, .dt = dt};
+    const size_t nq = (size_t)T * s->HQ, nk = (size_t)T * s->H;
+    clnsa_blocksparse_config_init(&s->bcfg);
+    s->bcfg.causal = 1;
+    s->bcfg.window_left = o->window > 0 ? o->window : -1;
+    bool ok = (s->q = random_buffer(env, nq * s->DK, -1, 1, dt, &seed)) && (s->k = random_buffer(env, nk * s->DK, -1, 1, dt, &seed)) &&
+              (s->v = random_buffer(env, nk * s->DV, -1, 1, dt, &seed)) && (s->o = cli_fill(env, nq * s->DV, dt, 0)) &&
+              (s->lse[0] = cli_buffer(env, nq * 4, NULL));
+    if (ok && bwd)
+        ok = (s->dout = random_buffer(env, nq * s->DV, -1, 1, dt, &seed)) && (s->dq = cli_buffer(env, nq * s->DK * 4, NULL)) &&
+             (s->dk = cli_buffer(env, nk * s->DK * 4, NULL)) && (s->dv = cli_buffer(env, nk * s->DV * 4, NULL));
+    if (!ok) {
         setup_free(s);
         return -1;
     }
-    s->ws_bytes = fb > bb ? fb : bb;
-    if (!(s->ws = cli_buffer(env, s->ws_bytes, NULL)) || (bwd && run_plain(env, s, false))) {
-        setup_free(s);
-        return -1;
+    s->bin.q = t4(s->q, dt, 1, T, s->HQ, s->DK);
+    s->bin.k = t4(s->k, dt, 1, T, s->H, s->DK);
+    s->bin.v = t4(s->v, dt, 1, T, s->H, s->DV);
+    s->bout.o = t4(s->o, dt, 1, T, s->HQ, s->DV);
+    s->bout.lse = t3(s->lse[0], CLNSA_DTYPE_F32, 1, T, s->HQ);
+    s->bgin = (clnsa_blocksparse_grad_inputs){s->bout.o, s->bout.lse, bwd ? t4(s->dout, dt, 1, T, s->HQ, s->DV) : s->bout.o};
+    if (bwd) {
+        s->bgr.dq = t4(s->dq, dt, 1, T, s->HQ, s->DK);
+        s->bgr.dk = t4(s->dk, dt, 1, T, s->H, s->DK);
+        s->bgr.dv = t4(s->dv, dt, 1, T, s->H, s->DV);
     }
-    return 0;
+    return setup_workspace(env, s);
 }
 
 /* One call of the op (forward, or backward); its event in *done. */
 static clnsa_status call_op(const cli_env *env, op_setup *s, bool bwd, cl_event *done)
 {
+    if (s->bs && bwd)
+        return clnsa_blocksparse_backward(env->ctx, env->queue, &s->bcfg, &s->bin, &s->bgin, &s->bgr, s->ws, s->ws_bytes, 0,
+                                          NULL, done);
+    if (s->bs)
+        return clnsa_blocksparse_forward(env->ctx, env->queue, &s->bcfg, &s->bin, &s->bout, s->ws, s->ws_bytes, 0, NULL,
+                                         done);
     if (bwd)
         return clnsa_nsa_backward(env->ctx, env->queue, &s->cfg, &s->in, &s->out, &s->dout_t, &s->gr, s->ws, s->ws_bytes,
                                   0, NULL, done);
     return clnsa_nsa_forward(env->ctx, env->queue, &s->cfg, &s->in, &s->out, s->ws, s->ws_bytes, 0, NULL, done);
+}
+
+/* The op's workspace size (the forward's and, for a backward setup, the
+ * backward's) under the current thread's tuning hook. */
+static clnsa_status workspace_query(const cli_env *env, op_setup *s, size_t *bytes)
+{
+    size_t fb = 0, bb = 0;
+    clnsa_status st;
+    if (s->bs) {
+        st = clnsa_blocksparse_forward_workspace_size(env->ctx, &s->bcfg, &s->bin, &s->bout, &fb);
+        if (st == CLNSA_SUCCESS && s->bwd)
+            st = clnsa_blocksparse_backward_workspace_size(env->ctx, &s->bcfg, &s->bin, &s->bgin, &s->bgr, &bb);
+    } else {
+        st = clnsa_nsa_forward_workspace_size(env->ctx, env->queue, &s->cfg, &s->in, &s->out, &fb);
+        if (st == CLNSA_SUCCESS && s->bwd)
+            st = clnsa_nsa_backward_workspace_size(env->ctx, env->queue, &s->cfg, &s->in, &s->out, &s->dout_t, &s->gr, &bb);
+    }
+    *bytes = fb > bb ? fb : bb;
+    return st;
 }
 
 static int finish(const cli_env *env, clnsa_status st, cl_event ev, const char *what)
@@ -201,7 +268,7 @@ static int finish(const cli_env *env, clnsa_status st, cl_event ev, const char *
 static int run_plain(const cli_env *env, op_setup *s, bool bwd)
 {
     cl_event ev = NULL;
-    return finish(env, call_op(env, s, bwd, &ev), ev, bwd ? "NSA backward" : "NSA forward (saved tensors)");
+    return finish(env, call_op(env, s, bwd, &ev), ev, bwd ? "backward" : "forward (saved tensors)");
 }
 
 /* ------------------------------------------------------------ outputs */
@@ -241,7 +308,7 @@ static int result_get(const cli_env *env, const op_setup *s, op_result *r)
     } else {
         rc |= fetch(env, s->o, nq * s->DV, s->dt, &r->f[0], &r->n[0]);
         for (int i = 0; i < 3; ++i) rc |= fetch(env, s->lse[i], nq, CLNSA_DTYPE_F32, &r->f[1 + i], &r->n[1 + i]);
-        if (!s->given_idx) {
+        if (!s->given_idx && !s->bs) {
             r->nbi = nk * s->S;
             rc |= !(r->bi = cli_malloc(r->nbi * sizeof *r->bi)) || cli_download_i32(env, s->bi, r->nbi, r->bi);
         }
@@ -459,6 +526,27 @@ static int time_candidate(const cli_env *env, op_setup *s, int family, const int
     return 0;
 }
 
+/* The workspace can depend on the tiles (the block-sparse rows are per
+ * tile): sized once for the largest candidate, before the build threads
+ * share the setup. */
+static int grow_workspace(const cli_env *env, op_setup *s, int family, const candidate *c, int n)
+{
+    size_t need = s->ws_bytes;
+    for (int i = 0; i < n; ++i) {
+        tune_hook h = {env->ctx, family, {0}, true, NULL, {0}, 0};
+        memcpy(h.v, c[i].v, sizeof h.v);
+        size_t bytes = 0;
+        tune_hook_set(&h);
+        const clnsa_status st = workspace_query(env, s, &bytes);
+        tune_hook_set(NULL);
+        if (st == CLNSA_SUCCESS && bytes > need) need = bytes;
+    }
+    if (need == s->ws_bytes) return 0;
+    clReleaseMemObject(s->ws);
+    s->ws_bytes = need;
+    return (s->ws = cli_buffer(env, need, NULL)) ? 0 : -1;
+}
+
 /* ------------------------------------------------------------ progress */
 
 static void progress(const char *family, int done, int n, double best, double base, double elapsed_s, bool tty)
@@ -517,12 +605,13 @@ static int confirm(const cli_env *env, op_setup *s, family_result *fr, int repea
 static int tune_family_run(const cli_env *env, const tune_opts *o, int family, double deadline, family_result *fr)
 {
     const tune_family *f = &tune_families[family];
-    const bool bwd = family == TF_NSA_BWD_PRE || family == TF_NSA_BWD_DQ || family == TF_NSA_DKDV;
-    const bool given_idx = family == TF_NSA_FWD;
+    const bool bwd = family == TF_NSA_BWD_PRE || family == TF_NSA_BWD_DQ || family == TF_NSA_DKDV || family == TF_BS_BWD;
+    const bool given_idx = family == TF_NSA_FWD, bs = family == TF_BS_FWD || family == TF_BS_BWD;
     memset(fr, 0, sizeof *fr);
     fr->family = family;
     fr->best = -1;
-    const tune_problem pb = {o->D, o->DV, o->G, o->block, cli_dtype_from_choice(o->dtype), o->S, o->block, o->block};
+    tune_problem pb = {o->D, o->DV, o->G, o->block, cli_dtype_from_choice(o->dtype), o->S, o->block, o->block, false};
+    if (bs) pb.block = pb.S = pb.cmp_block = pb.cmp_stride = 0; /* the class of the block-sparse kernels */
     fr->pb = pb;
     int safe[TUNE_MAX_PARAMS] = {0};
     if (!tune_safe_default(env->info, family, &pb, safe)) {
@@ -534,9 +623,15 @@ static int tune_family_run(const cli_env *env, const tune_opts *o, int family, d
     if (!fr->c) return -1;
     op_setup check, timing;
     const int vt = o->verify_T < o->T ? o->verify_T : o->T;
-    if (setup_make(env, &check, o, vt, CLNSA_DTYPE_F32, bwd, given_idx)) return -1;
-    if (setup_make(env, &timing, o, o->T, pb.dtype, bwd, given_idx)) {
+    if (bs ? bs_setup_make(env, &check, o, vt, CLNSA_DTYPE_F32, bwd) : setup_make(env, &check, o, vt, CLNSA_DTYPE_F32, bwd, given_idx))
+        return -1;
+    if (bs ? bs_setup_make(env, &timing, o, o->T, pb.dtype, bwd) : setup_make(env, &timing, o, o->T, pb.dtype, bwd, given_idx)) {
         setup_free(&check);
+        return -1;
+    }
+    if (grow_workspace(env, &check, family, fr->c, fr->n) || grow_workspace(env, &timing, family, fr->c, fr->n)) {
+        setup_free(&check);
+        setup_free(&timing);
         return -1;
     }
     const double t0 = cli_now_ms();
@@ -663,7 +758,8 @@ static js_value entry_json(const cli_env *env, const tune_opts *o, const family_
 
 /* -------------------------------------------------------------- command */
 
-static const char *const family_names = "nsa_fwd, nsa_bwd_pre, nsa_bwd_dq, nsa_topk, nsa_bwd_dkdv; nsa or all: every one";
+static const char *const family_names = "nsa_fwd, nsa_bwd_pre, nsa_bwd_dq, nsa_topk, nsa_bwd_dkdv (nsa: these five), "
+                                        "blocksparse_fwd, blocksparse_bwd (blocksparse: both); all: every one";
 
 static void usage(FILE *f, const cli_opt *opts, size_t n)
 {
@@ -685,9 +781,13 @@ static int parse_families(const char *s, bool *on)
     snprintf(buf, sizeof buf, "%s", s);
     int n = 0;
     for (char *tok = strtok(buf, ","); tok; tok = strtok(NULL, ",")) {
-        if (strcmp(tok, "all") == 0 || strcmp(tok, "nsa") == 0) {
-            for (int i = 0; i < TF_COUNT; ++i) on[i] = true;
-            n += TF_COUNT;
+        const bool all = strcmp(tok, "all") == 0, nsa = strcmp(tok, "nsa") == 0, bs = strcmp(tok, "blocksparse") == 0;
+        if (all || nsa || bs) {
+            for (int i = 0; i < TF_COUNT; ++i) {
+                const bool is_bs = i == TF_BS_FWD || i == TF_BS_BWD;
+                on[i] = on[i] || all || (bs && is_bs) || (nsa && !is_bs);
+            }
+            ++n;
             continue;
         }
         int f = tune_family_find(tok);

@@ -25,7 +25,7 @@ js_value tune_shape_json(const tune_problem *pb)
     js_object_set(&o, "dk", js_make_number(pb->dk));
     js_object_set(&o, "dv", js_make_number(pb->dv));
     js_object_set(&o, "g", js_make_number(pb->g));
-    js_object_set(&o, "block", js_make_number(pb->block));
+    js_object_set(&o, "block", pb->block ? js_make_number(pb->block) : js_make_string("*"));
     js_object_set(&o, "dtype", js_make_string(clnsa_dtype_name(pb->dtype)));
     return o;
 }

@@ -84,6 +84,20 @@ static clnsa_status enqueue_gemm(clnsa_context *ctx, const plan_step *s, cmd_cha
     return CLNSA_SUCCESS;
 }
 
+/* Is `name` one of the comma-separated names of `list`? */
+static bool name_listed(const char *name, const char *list)
+{
+    const size_t n = strlen(name);
+    for (const char *p = list; *p;) {
+        const char *end = strchr(p, ',');
+        const size_t len = end ? (size_t)(end - p) : strlen(p);
+        if (len == n && strncmp(p, name, n) == 0) return true;
+        if (!end) break;
+        p = end + 1;
+    }
+    return false;
+}
+
 clnsa_status plan_enqueue(clnsa_context *ctx, const op_plan *p, cmd_chain *chain)
 {
     tune_hook *h = tune_hook_get(ctx); /* the tuner times one kernel's events */
@@ -92,7 +106,7 @@ clnsa_status plan_enqueue(clnsa_context *ctx, const op_plan *p, cmd_chain *chain
         clnsa_status st = s->kind == PLAN_GEMM ? enqueue_gemm(ctx, s, chain)
                                                : chain_kernel(ctx, chain, s->kernel, s->global, s->local);
         if (st != CLNSA_SUCCESS) return st;
-        if (h && h->capture && s->kind == PLAN_KERNEL && strcmp(s->name, h->capture) == 0 && h->nevents < 8 &&
+        if (h && h->capture && s->kind == PLAN_KERNEL && name_listed(s->name, h->capture) && h->nevents < 8 &&
             clRetainEvent(chain->last) == CL_SUCCESS)
             h->events[h->nevents++] = chain->last;
     }

@@ -5,24 +5,7 @@
 #define CLNSA_OPS_BLOCKSPARSE_H
 
 #include "internal.h"
-
-/* ------------------------------------------------------------- tuning */
-
-/* Tiles of the attention kernels: BQ query rows and BK keys per tile, WG
- * work-items. The tiles never depend on the work-group size (so gradients
- * are bitwise equal whatever CLNSA_TUNE_WG says); they shrink until the
- * kernel's local memory fits the device. CLNSA_TUNE_BS_FWD_BQ / _BK and
- * CLNSA_TUNE_BS_BWD_BQ / _BK force them. */
-typedef struct {
-    size_t wg;
-    int bq, bk;
-    size_t local_bytes;
-} bs_tile_params;
-
-clnsa_status tune_blocksparse_fwd(const clnsa_device_info *info, int D, int DV, bs_tile_params *p);
-clnsa_status tune_blocksparse_bwd(const clnsa_device_info *info, int D, int DV, bool softcap, bs_tile_params *p);
-/* Work-items of the small layout / mask kernels. */
-size_t tune_blocksparse_aux_wg(const clnsa_device_info *info);
+#include "tuning/tuning.h"
 
 /* ------------------------------------------------------------ problem */
 
@@ -65,6 +48,8 @@ clnsa_status bs_layout_plan(clnsa_context *ctx, const bs_problem *pb, int BQ, in
 size_t bs_take(size_t *cursor, size_t bytes);
 /* "#define STORAGE .. IDX_LONG .." */
 void bs_base_defines(const bs_problem *pb, char *buf, size_t size);
+/* The shape class the tuning database keys the attention kernels by. */
+tune_problem bs_tune_problem(const bs_problem *pb);
 /* Checks the caller's workspace against `need` bytes. */
 clnsa_status bs_check_workspace(clnsa_context *ctx, cl_mem ws, size_t ws_bytes, size_t need);
 

@@ -223,6 +223,12 @@ void bs_rule_defines(const bs_problem *pb, char *buf, size_t size)
              c->window_left >= 0 || c->window_right >= 0 ? 1 : 0, c->softcap > 0.0f ? 1 : 0, pb->has_sinks ? 1 : 0);
 }
 
+tune_problem bs_tune_problem(const bs_problem *pb)
+{
+    tune_problem t = {pb->D, pb->DV, pb->G, 0, pb->dtype, 0, 0, 0, pb->cfg.softcap > 0.0f};
+    return t;
+}
+
 clnsa_status bs_check_workspace(clnsa_context *ctx, cl_mem ws, size_t ws_bytes, size_t need)
 {
     if (need == 0) return CLNSA_SUCCESS;

@@ -58,7 +58,8 @@ static clnsa_status setup(clnsa_context *ctx, const clnsa_blocksparse_config *cf
     const clnsa_tensor *all[] = {&gin->o, &gin->lse, &gin->dout, &gr->dq, &gr->dk, &gr->dv, &gr->dsinks};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; ++i)
         if (tensor_present(all[i]) && tensor_extent(all[i]) > 0x7fffffffull) pb->idx_long = true;
-    if (tune_blocksparse_bwd(&ctx->info, pb->D, pb->DV, pb->cfg.softcap > 0.0f, &s->tp) != CLNSA_SUCCESS)
+    const tune_problem tp_pb = bs_tune_problem(pb);
+    if (tune_blocksparse(ctx, TF_BS_BWD, &tp_pb, &s->tp) != CLNSA_SUCCESS)
         return cx_fail(ctx, CLNSA_ERROR_UNSUPPORTED_DEVICE,
                        "device: the block-sparse backward needs more local memory than the %llu bytes it has",
                        (unsigned long long)ctx->info.local_mem_size);

@@ -29,7 +29,8 @@ static clnsa_status setup(clnsa_context *ctx, const clnsa_blocksparse_config *cf
     if (st != CLNSA_SUCCESS) return st;
     if (tensor_extent(&out->o) > 0x7fffffffull || (tensor_present(&out->lse) && tensor_extent(&out->lse) > 0x7fffffffull))
         pb->idx_long = true;
-    if (tune_blocksparse_fwd(&ctx->info, pb->D, pb->DV, &s->tp) != CLNSA_SUCCESS)
+    const tune_problem tp_pb = bs_tune_problem(pb);
+    if (tune_blocksparse(ctx, TF_BS_FWD, &tp_pb, &s->tp) != CLNSA_SUCCESS)
         return cx_fail(ctx, CLNSA_ERROR_UNSUPPORTED_DEVICE,
                        "device: the block-sparse forward needs more local memory than the %llu bytes it has",
                        (unsigned long long)ctx->info.local_mem_size);

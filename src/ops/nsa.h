@@ -30,7 +30,7 @@ typedef struct {
 /* The tuning key of a call (src/tuning): its shape class and top-k's sizes. */
 static inline tune_problem nsa_tune_problem(const nsa_problem *pb)
 {
-    tune_problem t = {pb->DK, pb->DV, pb->G, pb->cfg.block_size, pb->dtype, pb->S, pb->cfg.cmp_block, pb->cfg.cmp_stride};
+    tune_problem t = {pb->DK, pb->DV, pb->G, pb->cfg.block_size, pb->dtype, pb->S, pb->cfg.cmp_block, pb->cfg.cmp_stride, false};
     return t;
 }
 

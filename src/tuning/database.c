@@ -109,6 +109,17 @@ static bool try_entries(const clnsa_context *ctx, const tune_entry *entries, siz
     return false;
 }
 
+/* A family whose tiles do not follow the work-group size takes CLNSA_TUNE_WG
+ * over the chosen work-group size only. */
+static clnsa_status env_work_group(const clnsa_context *ctx, int family, const tune_problem *pb, tune_choice *out)
+{
+    if (!getenv("CLNSA_TUNE_WG")) return CLNSA_SUCCESS;
+    out->v[0] = tune_default_wg(&ctx->info);
+    const size_t n = strlen(out->where);
+    snprintf(out->where + n, sizeof out->where - n, ", WG from CLNSA_TUNE_WG");
+    return tune_fits(&ctx->info, family, out->v, pb, false, NULL, 0) ? CLNSA_SUCCESS : CLNSA_ERROR_UNSUPPORTED_DEVICE;
+}
+
 clnsa_status tune_choose(clnsa_context *ctx, int family, const tune_problem *pb, tune_choice *out)
 {
     memset(out, 0, sizeof *out);
@@ -119,19 +130,24 @@ clnsa_status tune_choose(clnsa_context *ctx, int family, const tune_problem *pb,
         snprintf(out->where, sizeof out->where, "forced by the tuner");
         return tune_fits(&ctx->info, family, out->v, pb, false, NULL, 0) ? CLNSA_SUCCESS : CLNSA_ERROR_UNSUPPORTED_DEVICE;
     }
-    const bool env = getenv("CLNSA_TUNE_WG") || getenv("CLNSA_TUNE_TK");
+    const tune_family *f = &tune_families[family];
+    const bool tiles_fixed = f->tile_env[0] != NULL;
+    const bool env = tiles_fixed ? getenv(f->tile_env[0]) || getenv(f->tile_env[1])
+                                 : getenv("CLNSA_TUNE_WG") || getenv("CLNSA_TUNE_TK");
     if (!env) {
         const tune_file *uf = ctx->tuning;
         char origin[300];
+        bool found = false;
         if (uf) {
             snprintf(origin, sizeof origin, "user file %s:", uf->path);
-            if (try_entries(ctx, uf->entries, uf->count, family, pb, origin, true, out)) return CLNSA_SUCCESS;
+            found = try_entries(ctx, uf->entries, uf->count, family, pb, origin, true, out);
         }
-        if (try_entries(ctx, clnsa_tuning_db, clnsa_tuning_db_count, family, pb, "database", false, out))
-            return CLNSA_SUCCESS;
+        if (!found) found = try_entries(ctx, clnsa_tuning_db, clnsa_tuning_db_count, family, pb, "database", false, out);
+        if (found) return tiles_fixed ? env_work_group(ctx, family, pb, out) : CLNSA_SUCCESS;
     }
     out->source = env ? TUNE_SRC_ENV : TUNE_SRC_DEFAULT;
-    snprintf(out->where, sizeof out->where, "%s", env ? "safe default from CLNSA_TUNE_WG / CLNSA_TUNE_TK" : "safe default");
+    snprintf(out->where, sizeof out->where, "%s",
+             !env ? "safe default" : tiles_fixed ? "safe default from CLNSA_TUNE_BS_*" : "safe default from CLNSA_TUNE_WG / CLNSA_TUNE_TK");
     return tune_safe_default(&ctx->info, family, pb, out->v) ? CLNSA_SUCCESS : CLNSA_ERROR_UNSUPPORTED_DEVICE;
 }
 

@@ -50,9 +50,26 @@ static size_t dkdv_bytes(const int *v, const tune_problem *pb)
     return sizeof(float) * (rq * (dk + dv) + tkk * (dk + dv + 2) + 2u * rq * tkk + 3u * rq + 3u * tkk);
 }
 
+/* Block-sparse forward: qs[BQ*D], ks[BK*(D+1)], vs[BK*DV], ps[BQ*BK], m, l,
+ * alpha[BQ], and the int positions / segment ids of both tiles. */
+static size_t bs_fwd_bytes(const int *v, const tune_problem *pb)
+{
+    const size_t bq = (size_t)v[1], bk = (size_t)v[2], d = (size_t)pb->dk, dv = (size_t)pb->dv;
+    return sizeof(float) * (bq * d + bk * (d + 1) + bk * dv + bq * bk + 3u * bq) + sizeof(int) * 2u * (bq + bk);
+}
+
+/* Block-sparse backward: qs[BQ*D], dos[BQ*DV], ks[BK*(D+1)], vs[BK*(DV+1)],
+ * ps[BQ*BK], cs[BQ*BK] (soft cap), lse and delta [BQ], and the ints. */
+static size_t bs_bwd_bytes(const int *v, const tune_problem *pb)
+{
+    const size_t bq = (size_t)v[1], bk = (size_t)v[2], d = (size_t)pb->dk, dv = (size_t)pb->dv;
+    return sizeof(float) * (bq * (d + dv) + bk * (d + 1 + dv + 1) + bq * bk * (pb->softcap ? 2u : 1u) + 2u * bq + 1u) +
+           sizeof(int) * 2u * (bq + bk);
+}
+
 /* ------------------------------------------------------ safe defaults */
 
-static int default_wg(const clnsa_device_info *info)
+int tune_default_wg(const clnsa_device_info *info)
 {
     size_t wg = info->is_gpu ? 128 : 64;
     size_t forced = (size_t)cx_env_int("CLNSA_TUNE_WG", 0);
@@ -65,7 +82,7 @@ static int default_wg(const clnsa_device_info *info)
 
 static void attn_start(int *v, const tune_problem *pb, const clnsa_device_info *info)
 {
-    v[0] = default_wg(info);
+    v[0] = tune_default_wg(info);
     v[1] = pb->g < 16 ? pb->g : 16;
     v[2] = cx_env_int("CLNSA_TUNE_TK", 32);
 }
@@ -97,11 +114,39 @@ static bool mesa_dkdv_ok(const clnsa_device_info *info, const int *v, const tune
 
 static void dkdv_start(int *v, const tune_problem *pb, const clnsa_device_info *info)
 {
-    v[0] = default_wg(info);
+    v[0] = tune_default_wg(info);
     v[1] = cx_env_int("CLNSA_TUNE_TK", 32);
     v[2] = 16;
     while (!mesa_dkdv_ok(info, v, pb) && (size_t)v[0] * 2 <= info->max_work_group_size) v[0] *= 2;
     while (!mesa_dkdv_ok(info, v, pb) && v[1] > 1) v[1] /= 2;
+}
+
+/* Block-sparse tiles (params 1, 2 = BQ, BK): forward 64 x 32, backward
+ * 32 x 64 on a GPU, half elsewhere, or as CLNSA_TUNE_BS_* force them; each
+ * halved while a work-item of the nominal work-group (128 on a GPU, 64
+ * elsewhere: never CLNSA_TUNE_WG, so that the tiles stay put) would keep more
+ * than 64 accumulators of a tile row set (BQ*D, BK*D). */
+static void bs_start(int *v, const tune_problem *pb, const clnsa_device_info *info, int family, int bq, int bk)
+{
+    const tune_family *f = &tune_families[family];
+    const int fq = cx_env_int(f->tile_env[0], 0), fk = cx_env_int(f->tile_env[1], 0);
+    const int dmax = pb->dk > pb->dv ? pb->dk : pb->dv, cap = (info->is_gpu ? 128 : 64) * 64;
+    if (!info->is_gpu) bq /= 2, bk /= 2;
+    while (fq <= 0 && bq * dmax > cap && bq > 8) bq /= 2;
+    while (fk <= 0 && bk * dmax > cap && bk > 8) bk /= 2;
+    v[0] = tune_default_wg(info);
+    v[1] = fq > 0 ? fq : bq;
+    v[2] = fk > 0 ? fk : bk;
+}
+
+static void bs_fwd_start(int *v, const tune_problem *pb, const clnsa_device_info *info)
+{
+    bs_start(v, pb, info, TF_BS_FWD, 64, 32);
+}
+
+static void bs_bwd_start(int *v, const tune_problem *pb, const clnsa_device_info *info)
+{
+    bs_start(v, pb, info, TF_BS_BWD, 32, 64);
 }
 
 /* ------------------------------------------------------------ the table */
@@ -109,6 +154,8 @@ static void dkdv_start(int *v, const tune_problem *pb, const clnsa_device_info *
 #define WG_PARAM {"WG", {32, 64, 128, 256, 512}, 5, false}
 #define GT_PARAM {"GT", {1, 2, 4, 8, 16}, 5, true}
 #define TK_PARAM {"TK", {8, 16, 32, 64}, 4, false}
+#define BQ_PARAM {"BQ", {8, 16, 32, 64, 128}, 5, false}
+#define BK_PARAM {"BK", {8, 16, 32, 64, 128}, 5, false}
 /* Registers: each work-item keeps ceil(GT*D / WG) accumulators (x2 in the
  * forward); the tuner does not try more than 64. */
 #define ATTN_FAMILY(name, bytes, acc_dim)                                                          \
@@ -129,6 +176,16 @@ const tune_family tune_families[TF_COUNT] = {
                      {WG_PARAM, {"TKK", {8, 16, 32, 64}, 4, false}, {"RQ", {4, 8, 16, 32}, 4, false}}, 2,
                      {{TC_ACC_LIMIT, 1, 0, 64}, {TC_ACC_LIMIT, 1, 1, 64}}, 1, {{SHRINK_LARGER, 1, 2, 4}},
                      dkdv_bytes, dkdv_start},
+    /* Registers: the forward keeps ceil(BQ*DV / WG) accumulators, the
+     * backward ceil(BK*D / WG) and ceil(BK*DV / WG) (dk, dv) and
+     * ceil(BQ*D / WG) (dq). Local memory: halve the larger tile. */
+    [TF_BS_FWD] = {"blocksparse_fwd", "bs_fwd", 3, {WG_PARAM, BQ_PARAM, BK_PARAM}, 1, {{TC_ACC_LIMIT, 1, 1, 64}}, 1,
+                   {{SHRINK_LARGER, 2, 1, 1}}, bs_fwd_bytes, bs_fwd_start,
+                   {"CLNSA_TUNE_BS_FWD_BQ", "CLNSA_TUNE_BS_FWD_BK"}},
+    [TF_BS_BWD] = {"blocksparse_bwd", "bs_bwd_dkdv,bs_bwd_dq", 3, {WG_PARAM, BQ_PARAM, BK_PARAM}, 3,
+                   {{TC_ACC_LIMIT, 2, 0, 64}, {TC_ACC_LIMIT, 2, 1, 64}, {TC_ACC_LIMIT, 1, 0, 64}}, 1,
+                   {{SHRINK_LARGER, 2, 1, 1}}, bs_bwd_bytes, bs_bwd_start,
+                   {"CLNSA_TUNE_BS_BWD_BQ", "CLNSA_TUNE_BS_BWD_BK"}},
 };
 
 int tune_family_find(const char *name)
@@ -265,4 +322,22 @@ clnsa_status tune_nsa_topk(clnsa_context *ctx, const tune_problem *pb, topk_para
     p->pc_max = topk_pc_max(c.v[3], pb);
     p->local_bytes = topk_bytes(c.v, pb);
     return CLNSA_SUCCESS;
+}
+
+clnsa_status tune_blocksparse(clnsa_context *ctx, int family, const tune_problem *pb, bs_tile_params *p)
+{
+    tune_choice c;
+    clnsa_status st = tune_choose(ctx, family, pb, &c);
+    if (st != CLNSA_SUCCESS) return st;
+    p->wg = (size_t)c.v[0];
+    p->bq = c.v[1];
+    p->bk = c.v[2];
+    p->local_bytes = tune_families[family].local_bytes(c.v, pb);
+    return CLNSA_SUCCESS;
+}
+
+size_t tune_blocksparse_aux_wg(const clnsa_device_info *info)
+{
+    size_t wg = info->max_work_group_size < 64 ? info->max_work_group_size : 64;
+    return wg ? wg : 1;
 }

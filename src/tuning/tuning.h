@@ -5,7 +5,10 @@
  * the safe default. database.c picks the parameters of a call, in this
  * order (the first candidate that fits the device wins):
  *   1. the tuner's forced parameters (tune_hook, this thread only);
- *   2. CLNSA_TUNE_WG / CLNSA_TUNE_TK set: the safe default grown from them;
+ *   2. CLNSA_TUNE_WG / CLNSA_TUNE_TK set (for the block-sparse families:
+ *      CLNSA_TUNE_BS_{FWD,BWD}_{BQ,BK}): the safe default grown from them
+ *      (the block-sparse families take CLNSA_TUNE_WG as a work-group size
+ *      over whatever source 3-5 chose, keeping its tiles);
  *   3. the user file (clnsa_context_options.tuning_file, else
  *      $CLNSA_TUNING_FILE);
  *   4. the built-in database (generated from tuning/ JSON files): the device's
@@ -26,15 +29,18 @@ typedef enum {
     TF_NSA_BWD_DQ,  /* nsa_bwd_dq.cl */
     TF_NSA_TOPK,    /* nsa_topk.cl (WG, GT, TK, JB) */
     TF_NSA_DKDV,    /* nsa_bwd_dkdv.cl (WG, TKK, RQ) */
+    TF_BS_FWD,      /* blocksparse_fwd.cl (WG, BQ, BK) */
+    TF_BS_BWD,      /* blocksparse_bwd.cl: dk/dv, dq (WG, BQ, BK) */
     TF_COUNT
 } tune_family_id;
 
 /* What a choice is made for: the shape class (head dims, GQA group,
  * selection block, dtype) and what else a family's footprint depends on. */
 typedef struct {
-    int dk, dv, g, block;
+    int dk, dv, g, block; /* block: the NSA selection block; 0 for block-sparse */
     clnsa_dtype dtype;
     int S, cmp_block, cmp_stride; /* top-k's PC_MAX */
+    bool softcap;                 /* block-sparse backward: the soft cap's extra tile */
 } tune_problem;
 
 typedef struct {
@@ -70,7 +76,7 @@ typedef struct {
 
 typedef struct {
     const char *name;   /* "nsa_fwd", as in the JSON files and `clnsa tune --family` */
-    const char *kernel; /* the kernel it parameterizes */
+    const char *kernel; /* the kernels it parameterizes, comma-separated (the tuner times their sum) */
     int nparams;
     tune_param params[TUNE_MAX_PARAMS];
     int nconstraints;
@@ -81,6 +87,11 @@ typedef struct {
     size_t (*local_bytes)(const int *v, const tune_problem *pb);
     /* The safe default before shrinking (the work-group size is param 0). */
     void (*start)(int *v, const tune_problem *pb, const clnsa_device_info *info);
+    /* Environment variables that force params 1 and 2 (the tiles), or NULL.
+     * A family that has them keeps its tiles whatever the work-group size:
+     * CLNSA_TUNE_WG then replaces only the chosen work-group size, so that it
+     * cannot change a gradient's summation order. */
+    const char *tile_env[2];
 } tune_family;
 
 extern const tune_family tune_families[TF_COUNT];
@@ -97,6 +108,9 @@ bool tune_fits(const clnsa_device_info *info, int family, int *v, const tune_pro
 /* The safe default (after CLNSA_TUNE_WG / CLNSA_TUNE_TK): false when even
  * the smallest tiles do not fit. */
 bool tune_safe_default(const clnsa_device_info *info, int family, const tune_problem *pb, int *v);
+/* The safe default's work-group size: 128 on a GPU, 64 elsewhere, or
+ * CLNSA_TUNE_WG; capped by the device and rounded to its preferred multiple. */
+int tune_default_wg(const clnsa_device_info *info);
 
 typedef enum {
     TUNE_SRC_FORCED,  /* the tuner's hook */
@@ -160,7 +174,8 @@ void tune_file_free(tune_file *f);
 /* While set on a thread (tune_hook_set), calls on `ctx` from that thread use
  * `v` for `family` (validated like any candidate; -1 = none), build only
  * (build_only: programs are built and kernels made, nothing is enqueued),
- * and keep the events of the kernels named `capture` (retained; the tuner
+ * and keep the events of the kernels named in `capture` (a comma-separated
+ * list, as tune_family.kernel; retained: the tuner
  * releases them). Thread-local: a background thread building candidates
  * and the timing thread each set their own. */
 typedef struct {
@@ -210,5 +225,18 @@ typedef struct {
 } topk_params;
 
 clnsa_status tune_nsa_topk(clnsa_context *ctx, const tune_problem *pb, topk_params *p);
+
+/* blocksparse_fwd.cl / blocksparse_bwd.cl: WG work-items, tiles of BQ query
+ * rows by BK keys. */
+typedef struct {
+    size_t wg;
+    int bq, bk;
+    size_t local_bytes;
+} bs_tile_params;
+
+/* family: TF_BS_FWD or TF_BS_BWD; pb: D, DV, G, dtype (block 0), softcap. */
+clnsa_status tune_blocksparse(clnsa_context *ctx, int family, const tune_problem *pb, bs_tile_params *p);
+/* Work-items of the small layout / mask kernels. */
+size_t tune_blocksparse_aux_wg(const clnsa_device_info *info);
 
 #endif

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # On the GPU machine, from the project root, after `bash .gpu/setup.sh`:
 # builds, runs the device tests on NVIDIA's OpenCL, then times the portable
-# NSA forward in the anchor configuration. Logs and JSON go to $OUT.
+# NSA in the anchor configuration with `clnsa bench`. Logs and JSON go to $OUT.
 #   bash bench/gpu_run.sh [T list, default 4096,8192,16384,32768,65536]
 set -uo pipefail
 OUT=${OUT:-/tmp/out}
@@ -24,5 +24,5 @@ for t in build-gpu/tests/test_nsa_fwd build-gpu/tests/test_nsa_bwd build-gpu/tes
     [ -d "$golden" ] && export CLNSA_GOLDEN_DIR=$golden # else test_golden skips
     (cd build-gpu && CLNSA_EXE=$PWD/clnsa timeout 300 "../$t" 2>&1 | tail -6) | tee -a "$OUT/tests.txt"
 done
-echo "== bench (portable path, NVIDIA OpenCL)"
-build-gpu/bench/bench_nsa --T "$Ts" --repeat "$repeat" --json "$OUT/bench_nvidia.json" 2>&1 | tee "$OUT/bench.txt"
+echo "== clnsa bench (portable path, NVIDIA OpenCL; SDPA beside it: bench/gpu_bench.sh)"
+build-gpu/clnsa bench --T "$Ts" --repeat "$repeat" --json "$OUT/bench_nvidia.json" 2>&1 | tee "$OUT/bench.txt"

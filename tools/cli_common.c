@@ -415,6 +415,24 @@ double cli_timer_end(cli_timer *t, cl_event done)
     return t1 > t0 ? (double)(t1 - t0) * 1e-6 : 0.0;
 }
 
+uint64_t cli_rng(uint64_t *state)
+{
+    uint64_t z = (*state += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+cl_mem cli_random(const cli_env *env, size_t n, float lo, float hi, clnsa_dtype dt, uint64_t *state)
+{
+    float *x = cli_malloc(n * sizeof *x);
+    if (!x) return NULL;
+    for (size_t i = 0; i < n; ++i) x[i] = lo + (hi - lo) * (float)((cli_rng(state) >> 11) * 0x1.0p-53);
+    cl_mem m = cli_upload_f32(env, x, n, dt);
+    free(x);
+    return m;
+}
+
 double cli_now_ms(void)
 {
     struct timespec ts;
@@ -470,4 +488,16 @@ int cli_mkdirs(const char *dir)
         return -1;
     }
     return 0;
+}
+
+clnsa_tensor cli_t4(cl_mem m, clnsa_dtype dt, int64_t a, int64_t b, int64_t c, int64_t d)
+{
+    const int64_t s[4] = {a, b, c, d};
+    return clnsa_tensor_contiguous(m, dt, 4, s);
+}
+
+clnsa_tensor cli_t3(cl_mem m, clnsa_dtype dt, int64_t a, int64_t b, int64_t c)
+{
+    const int64_t s[3] = {a, b, c};
+    return clnsa_tensor_contiguous(m, dt, 3, s);
 }

@@ -83,6 +83,10 @@ cl_mem cli_upload_i32(const cli_env *env, const int32_t *x, size_t n);
 /* Blocking reads of n elements of `dt` (any float dtype) as float, and of int32. */
 int cli_download_f32(const cli_env *env, cl_mem m, size_t n, clnsa_dtype dt, float *out);
 int cli_download_i32(const cli_env *env, cl_mem m, size_t n, int32_t *out);
+/* The next value of a splitmix64 stream. */
+uint64_t cli_rng(uint64_t *state);
+/* n values uniform in [lo, hi) from the stream, stored as `dt`. */
+cl_mem cli_random(const cli_env *env, size_t n, float lo, float hi, clnsa_dtype dt, uint64_t *state);
 /* x rounded as storage in `dt` would round it. */
 float cli_round(float x, clnsa_dtype dt);
 
@@ -110,6 +114,10 @@ double cli_timer_end(cli_timer *t, cl_event done);
 double cli_now_ms(void);
 
 /* ---------------------------------------------------------------- misc */
+
+/* Contiguous views of rank 4 and 3. */
+clnsa_tensor cli_t4(cl_mem m, clnsa_dtype dt, int64_t a, int64_t b, int64_t c, int64_t d);
+clnsa_tensor cli_t3(cl_mem m, clnsa_dtype dt, int64_t a, int64_t b, int64_t c);
 
 /* "[2, 160, 16, 32]" */
 const char *cli_shape_str(int ndim, const int64_t *shape, char *buf, size_t size);

@@ -54,36 +54,6 @@ typedef struct {
     clnsa_blocksparse_grads bgr;
 } op_setup;
 
-static uint64_t rng_next(uint64_t *s)
-{
-    uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
-
-static cl_mem random_buffer(const cli_env *env, size_t n, float lo, float hi, clnsa_dtype dt, uint64_t *seed)
-{
-    float *x = cli_malloc(n * sizeof *x);
-    if (!x) return NULL;
-    for (size_t i = 0; i < n; ++i) x[i] = lo + (hi - lo) * (float)((rng_next(seed) >> 11) * 0x1.0p-53);
-    cl_mem m = cli_upload_f32(env, x, n, dt);
-    free(x);
-    return m;
-}
-
-static clnsa_tensor t4(cl_mem m, clnsa_dtype dt, int64_t a, int64_t b, int64_t c, int64_t d)
-{
-    const int64_t s[4] = {a, b, c, d};
-    return clnsa_tensor_contiguous(m, dt, 4, s);
-}
-
-static clnsa_tensor t3(cl_mem m, clnsa_dtype dt, int64_t a, int64_t b, int64_t c)
-{
-    const int64_t s[3] = {a, b, c};
-    return clnsa_tensor_contiguous(m, dt, 3, s);
-}
-
 static void setup_free(op_setup *s)
 {
     cl_mem *all[] = {&s->q, &s->k, &s->v, &s->g[0], &s->g[1], &s->g[2], &s->idx, &s->o, &s->lse[0], &s->lse[1],
@@ -134,23 +104,23 @@ static int setup_make(const cli_env *env, op_setup *s, const tune_opts *o, int T
     s->cfg.block_count = o->S;
     s->cfg.window = o->window;
     const int ngate = o->window > 0 ? 3 : 2;
-    bool ok = (s->q = random_buffer(env, nq * s->DK, -1, 1, dt, &seed)) && (s->k = random_buffer(env, nk * s->DK, -1, 1, dt, &seed)) &&
-              (s->v = random_buffer(env, nk * s->DV, -1, 1, dt, &seed)) && (s->o = cli_fill(env, nq * s->DV, dt, 0)) &&
+    bool ok = (s->q = cli_random(env, nq * s->DK, -1, 1, dt, &seed)) && (s->k = cli_random(env, nk * s->DK, -1, 1, dt, &seed)) &&
+              (s->v = cli_random(env, nk * s->DV, -1, 1, dt, &seed)) && (s->o = cli_fill(env, nq * s->DV, dt, 0)) &&
               (s->bi = cli_buffer(env, nk * s->S * 4, NULL));
     for (int i = 0; ok && i < ngate; ++i)
-        ok = (s->g[i] = random_buffer(env, nq, 0, 1, dt, &seed)) && (s->lse[i] = cli_buffer(env, nq * 4, NULL));
+        ok = (s->g[i] = cli_random(env, nq, 0, 1, dt, &seed)) && (s->lse[i] = cli_buffer(env, nq * 4, NULL));
     if (ok && given_idx) {
         int32_t *idx = cli_malloc(nk * s->S * sizeof *idx);
         ok = idx != NULL;
         for (size_t r = 0; ok && r < nk; ++r) {
             const int t = (int)(r / (size_t)s->H), nb = t / o->block + 1;
-            for (int j = 0; j < s->S; ++j) idx[r * s->S + j] = j < nb ? (int)(rng_next(&seed) % (uint64_t)nb) : -1;
+            for (int j = 0; j < s->S; ++j) idx[r * s->S + j] = j < nb ? (int)(cli_rng(&seed) % (uint64_t)nb) : -1;
         }
         ok = ok && (s->idx = cli_upload_i32(env, idx, nk * s->S));
         free(idx);
     }
     if (ok && bwd) {
-        ok = (s->dout = random_buffer(env, nq * s->DV, -1, 1, dt, &seed)) && (s->dq = cli_buffer(env, nq * s->DK * 4, NULL)) &&
+        ok = (s->dout = cli_random(env, nq * s->DV, -1, 1, dt, &seed)) && (s->dq = cli_buffer(env, nq * s->DK * 4, NULL)) &&
              (s->dk = cli_buffer(env, nk * s->DK * 4, NULL)) && (s->dv = cli_buffer(env, nk * s->DV * 4, NULL));
         for (int i = 0; ok && i < ngate; ++i) ok = (s->dg[i] = cli_buffer(env, nq * 4, NULL)) != NULL;
     }
@@ -159,24 +129,24 @@ static int setup_make(const cli_env *env, op_setup *s, const tune_opts *o, int T
         return -1;
     }
     clnsa_nsa_inputs *in = &s->in;
-    in->q = t4(s->q, dt, 1, T, s->HQ, s->DK);
-    in->k = t4(s->k, dt, 1, T, s->H, s->DK);
-    in->v = t4(s->v, dt, 1, T, s->H, s->DV);
+    in->q = cli_t4(s->q, dt, 1, T, s->HQ, s->DK);
+    in->k = cli_t4(s->k, dt, 1, T, s->H, s->DK);
+    in->v = cli_t4(s->v, dt, 1, T, s->H, s->DV);
     clnsa_tensor *gates[3] = {&in->g_cmp, &in->g_slc, &in->g_swa};
-    for (int i = 0; i < ngate; ++i) *gates[i] = t3(s->g[i], dt, 1, T, s->HQ);
-    if (given_idx) in->block_indices = t4(s->idx, CLNSA_DTYPE_I32, 1, T, s->H, s->S);
+    for (int i = 0; i < ngate; ++i) *gates[i] = cli_t3(s->g[i], dt, 1, T, s->HQ);
+    if (given_idx) in->block_indices = cli_t4(s->idx, CLNSA_DTYPE_I32, 1, T, s->H, s->S);
     clnsa_nsa_outputs *out = &s->out;
-    out->o = t4(s->o, dt, 1, T, s->HQ, s->DV);
+    out->o = cli_t4(s->o, dt, 1, T, s->HQ, s->DV);
     clnsa_tensor *lses[3] = {&out->lse_cmp, &out->lse_slc, &out->lse_swa};
-    for (int i = 0; i < ngate; ++i) *lses[i] = t3(s->lse[i], CLNSA_DTYPE_F32, 1, T, s->HQ);
-    out->block_indices = t4(s->bi, CLNSA_DTYPE_I32, 1, T, s->H, s->S);
+    for (int i = 0; i < ngate; ++i) *lses[i] = cli_t3(s->lse[i], CLNSA_DTYPE_F32, 1, T, s->HQ);
+    out->block_indices = cli_t4(s->bi, CLNSA_DTYPE_I32, 1, T, s->H, s->S);
     if (bwd) {
-        s->dout_t = t4(s->dout, dt, 1, T, s->HQ, s->DV);
-        s->gr.dq = t4(s->dq, dt, 1, T, s->HQ, s->DK);
-        s->gr.dk = t4(s->dk, dt, 1, T, s->H, s->DK);
-        s->gr.dv = t4(s->dv, dt, 1, T, s->H, s->DV);
+        s->dout_t = cli_t4(s->dout, dt, 1, T, s->HQ, s->DV);
+        s->gr.dq = cli_t4(s->dq, dt, 1, T, s->HQ, s->DK);
+        s->gr.dk = cli_t4(s->dk, dt, 1, T, s->H, s->DK);
+        s->gr.dv = cli_t4(s->dv, dt, 1, T, s->H, s->DV);
         clnsa_tensor *dg[3] = {&s->gr.dg_cmp, &s->gr.dg_slc, &s->gr.dg_swa};
-        for (int i = 0; i < ngate; ++i) *dg[i] = t3(s->dg[i], dt, 1, T, s->HQ);
+        for (int i = 0; i < ngate; ++i) *dg[i] = cli_t3(s->dg[i], dt, 1, T, s->HQ);
     }
     return setup_workspace(env, s);
 }
@@ -192,26 +162,26 @@ static int bs_setup_make(const cli_env *env, op_setup *s, const tune_opts *o, in
     clnsa_blocksparse_config_init(&s->bcfg);
     s->bcfg.causal = 1;
     s->bcfg.window_left = o->window > 0 ? o->window : -1;
-    bool ok = (s->q = random_buffer(env, nq * s->DK, -1, 1, dt, &seed)) && (s->k = random_buffer(env, nk * s->DK, -1, 1, dt, &seed)) &&
-              (s->v = random_buffer(env, nk * s->DV, -1, 1, dt, &seed)) && (s->o = cli_fill(env, nq * s->DV, dt, 0)) &&
+    bool ok = (s->q = cli_random(env, nq * s->DK, -1, 1, dt, &seed)) && (s->k = cli_random(env, nk * s->DK, -1, 1, dt, &seed)) &&
+              (s->v = cli_random(env, nk * s->DV, -1, 1, dt, &seed)) && (s->o = cli_fill(env, nq * s->DV, dt, 0)) &&
               (s->lse[0] = cli_buffer(env, nq * 4, NULL));
     if (ok && bwd)
-        ok = (s->dout = random_buffer(env, nq * s->DV, -1, 1, dt, &seed)) && (s->dq = cli_buffer(env, nq * s->DK * 4, NULL)) &&
+        ok = (s->dout = cli_random(env, nq * s->DV, -1, 1, dt, &seed)) && (s->dq = cli_buffer(env, nq * s->DK * 4, NULL)) &&
              (s->dk = cli_buffer(env, nk * s->DK * 4, NULL)) && (s->dv = cli_buffer(env, nk * s->DV * 4, NULL));
     if (!ok) {
         setup_free(s);
         return -1;
     }
-    s->bin.q = t4(s->q, dt, 1, T, s->HQ, s->DK);
-    s->bin.k = t4(s->k, dt, 1, T, s->H, s->DK);
-    s->bin.v = t4(s->v, dt, 1, T, s->H, s->DV);
-    s->bout.o = t4(s->o, dt, 1, T, s->HQ, s->DV);
-    s->bout.lse = t3(s->lse[0], CLNSA_DTYPE_F32, 1, T, s->HQ);
-    s->bgin = (clnsa_blocksparse_grad_inputs){s->bout.o, s->bout.lse, bwd ? t4(s->dout, dt, 1, T, s->HQ, s->DV) : s->bout.o};
+    s->bin.q = cli_t4(s->q, dt, 1, T, s->HQ, s->DK);
+    s->bin.k = cli_t4(s->k, dt, 1, T, s->H, s->DK);
+    s->bin.v = cli_t4(s->v, dt, 1, T, s->H, s->DV);
+    s->bout.o = cli_t4(s->o, dt, 1, T, s->HQ, s->DV);
+    s->bout.lse = cli_t3(s->lse[0], CLNSA_DTYPE_F32, 1, T, s->HQ);
+    s->bgin = (clnsa_blocksparse_grad_inputs){s->bout.o, s->bout.lse, bwd ? cli_t4(s->dout, dt, 1, T, s->HQ, s->DV) : s->bout.o};
     if (bwd) {
-        s->bgr.dq = t4(s->dq, dt, 1, T, s->HQ, s->DK);
-        s->bgr.dk = t4(s->dk, dt, 1, T, s->H, s->DK);
-        s->bgr.dv = t4(s->dv, dt, 1, T, s->H, s->DV);
+        s->bgr.dq = cli_t4(s->dq, dt, 1, T, s->HQ, s->DK);
+        s->bgr.dk = cli_t4(s->dk, dt, 1, T, s->H, s->DK);
+        s->bgr.dv = cli_t4(s->dv, dt, 1, T, s->H, s->DV);
     }
     return setup_workspace(env, s);
 }
@@ -401,7 +371,7 @@ static candidate *make_candidates(const clnsa_device_info *info, int family, con
     if (budget < 1) budget = 1;
     if (n > budget) { /* Fisher-Yates over the non-default ones, keep budget - 1 */
         for (int i = n - 1; i > 1; --i) {
-            int j = 1 + (int)(rng_next(&seed) % (uint64_t)i);
+            int j = 1 + (int)(cli_rng(&seed) % (uint64_t)i);
             candidate t = c[i];
             c[i] = c[j];
             c[j] = t;

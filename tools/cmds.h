@@ -8,6 +8,7 @@ int cmd_run(int argc, char **argv);
 int cmd_nsa(int argc, char **argv);
 int cmd_tune(int argc, char **argv);
 int cmd_blocksparse(int argc, char **argv);
+int cmd_bench(int argc, char **argv);
 int cmd_compare(int argc, char **argv); /* hidden: used by tests/cli_golden.sh */
 
 #endif

@@ -17,6 +17,7 @@ static const command commands[] = {
     {"run", cmd_run, "NSA forward and backward on random inputs: time them and check them against the reference"},
     {"nsa", cmd_nsa, "NSA forward on .npy files, backward too with do.npy (--in DIR --out DIR)"},
     {"blocksparse", cmd_blocksparse, "block-sparse attention on .npy files, backward too with do.npy (--in DIR --out DIR)"},
+    {"bench", cmd_bench, "time the NSA per branch and a dense causal baseline at a sweep of T, and the start-up"},
     {"tune", cmd_tune, "search a kernel family's parameters for this device; --merge folds results into tuning/"},
     {"compare", cmd_compare, NULL},
 };

@@ -1,16 +1,20 @@
 #!/usr/bin/env bash
 # On the GPU machine, from the project root, after `bash .gpu/setup.sh`:
-# builds, runs `clnsa bench` (NSA per branch, dense causal baseline, start-up)
-# and PyTorch's SDPA (dense, causal, GQA) in the same command, and prints both
-# side by side. JSON, the plot and logs go to $OUT.
+# builds, measures the device's peak rates (bench_peak: bandwidth, FP32 FMA,
+# tensor-core mma.sync; the floors' denominators), runs `clnsa bench` (NSA per
+# branch, dense causal baseline, start-up) and PyTorch's SDPA (dense, causal,
+# GQA) in the same command, and prints both side by side. JSON, the plot and
+# logs go to $OUT.
 #   bash bench/gpu_bench.sh [T list, default 4096,8192,16384,32768,65536] [repeat, default 3]
 set -uo pipefail
 OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT"
 Ts=${1:-4096,8192,16384,32768,65536}
 repeat=${2:-3}
-(meson setup build-gpu --buildtype=release >/dev/null && ninja -C build-gpu clnsa >/dev/null) || exit 1
+(meson setup build-gpu --buildtype=release >/dev/null && ninja -C build-gpu clnsa bench/bench_peak >/dev/null) || exit 1
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$OUT/gpu.txt"
+CLNSA_TEST_DEVICE=nvidia build-gpu/bench/bench_peak --json "$OUT/peak.json" 2>&1 | tee "$OUT/peak.txt"
+[ "${PEAK_ONLY:-0}" = 1 ] && exit 0
 # the tool's default device is the first GPU
 build-gpu/clnsa bench --T "$Ts" --repeat "$repeat" \
     --json "$OUT/clnsa_bench.json" --svg "$OUT/clnsa_bench.svg" 2>&1 | tee "$OUT/clnsa_bench.txt"

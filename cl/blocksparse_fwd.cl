@@ -64,6 +64,7 @@ __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void bs_fwd(
             kseg[j] = has_seg ? seg_k[bs_at2(sk_off, sk_st, b, jj)] : 0;
         }
         barrier(CLK_LOCAL_MEM_FENCE);
+        tile_products(ATTN_SMEM, lid);
         for (int x0 = 0; x0 < GT * TK; x0 += WG) {
             const int idx = x0 + lid;
             if (idx >= GT * TK) break;
@@ -72,9 +73,8 @@ __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void bs_fwd(
             if (j < nk &&
                 (!partial || bs_visible(qpos[g], qseg[g], kpos[j], kseg[j], wl, wr, has_seg,
                                         bs_map_on(map, mbase, map_st.z, map_st.w, QB, KB, min(i0 + g, Tq - 1), j0 + j)))) {
-                float dot = 0.0f, dcap;
-                for (int d = 0; d < DK; ++d) dot = fma(qs[g * DK + d], ks[j * KPAD(DK) + d], dot);
-                s = bs_score(dot, scale, softcap, &dcap);
+                float dcap;
+                s = bs_score(tile_dot(ATTN_SMEM, g, j), scale, softcap, &dcap);
             }
             ps[idx] = s;
         }

@@ -53,6 +53,14 @@ struct clnsa_context {
     int blas_used; /* CLBlast was called for this context (atomic; see clnsa_context_destroy) */
 };
 
+/* ----------------------------------------------------------------- device */
+
+/* The NVIDIA tensor-core path of the attention tiles (cl/mma_nv.h): an
+ * NVIDIA device of compute capability 8.0 or later, f16 or bf16 storage,
+ * tiles of WG % 32, GT % 16, TK % 8, DK % 16 == 0, and CLNSA_MMA not "0"
+ * (which keeps the portable path, e.g. to compare the two). */
+bool device_mma_nv(const clnsa_device_info *info, clnsa_dtype dtype, size_t wg, int gt, int tk, int dk);
+
 /* ---------------------------------------------------------------- tensors */
 
 /* What a tensor argument must look like. shape entries < 0 mean "any". */

@@ -281,6 +281,9 @@ const nsa_case nsa_cases[] = {
     {"f16 all", 1, 37, 4, 2, 16, 16, NULL, 0, 8, 3, 8, 8, 5, 1, 2, true, true, true, false, false, false, false, false, CLNSA_DTYPE_F16},
     {"bf16 all", 1, 37, 4, 2, 16, 16, NULL, 0, 8, 3, 8, 8, 5, 1, 2, true, true, true, false, false, false, false, false, CLNSA_DTYPE_BF16},
     {"bf16 varlen", 1, 70, 6, 2, 16, 8, cu3, 4, 8, 3, 8, 8, 6, 1, 2, true, true, true, false, false, false, false, false, CLNSA_DTYPE_BF16},
+    /* head tiles of 16 and DK % 16 == 0: the tensor-core path on NVIDIA sm_80+ */
+    {"bf16 G=16 DK=32", 1, 45, 16, 1, 32, 16, NULL, 0, 8, 3, 8, 8, 6, 1, 2, true, true, true, false, false, false, false, false, CLNSA_DTYPE_BF16},
+    {"f16 G=16 DK=48 varlen", 1, 70, 32, 2, 48, 16, cu3, 4, 16, 3, 8, 4, 5, 1, 2, true, true, true, false, false, false, false, false, CLNSA_DTYPE_F16},
     {"linear compression", 1, 35, 4, 2, 8, 16, NULL, 0, 8, 3, 4, 4, 0, 1, 2, true, true, false, false, false, false, true, true, F32},
     {"linear compression varlen, overlap 8/4, no pe", 1, 70, 4, 2, 8, 16, cu3, 4, 8, 3, 8, 4, 0, 1, 2, true, true, false, false, false, false, true, false, F32},
     {"linear compression varlen, bf16, no pe", 1, 70, 4, 2, 8, 16, cu3, 4, 8, 3, 4, 4, 0, 1, 2, true, true, false, false, false, false, true, false, CLNSA_DTYPE_BF16},

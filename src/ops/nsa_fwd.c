@@ -9,7 +9,7 @@
 #include <string.h>
 
 static const char *const topk_files[] = {"common.h", "nsa_ranges.h", "nsa_topk.cl", NULL};
-const char *const nsa_fwd_files[] = {"common.h", "attn_tile.h", "nsa_ranges.h", "nsa_fwd.cl", NULL};
+const char *const nsa_fwd_files[] = {"common.h", "mma_nv.h", "attn_tile.h", "nsa_ranges.h", "nsa_fwd.cl", NULL};
 
 static size_t append(char *buf, size_t size, size_t n, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
 static size_t append(char *buf, size_t size, size_t n, const char *fmt, ...)
@@ -78,8 +78,9 @@ clnsa_status nsa_plan_query_kernel(clnsa_context *ctx, op_plan *p, const nsa_pro
     const int ngt = (pb->G + ap.gt - 1) / ap.gt, acc_n = (int)((ap.gt * acc_dim + ap.wg - 1) / ap.wg);
     char defines[2048];
     nsa_branch_defines(pb, in, defines, sizeof defines);
-    append(defines, sizeof defines, strlen(defines), "#define WG %zu\n#define GT %d\n#define NGT %d\n#define TK %d\n#define ACC_N %d\n#define DQ_N %d\n%s",
-           ap.wg, ap.gt, ngt, ap.tk, acc_n, acc_n, kind == ATTN_BWD_PRE ? "#define BWD_PRE 1\n" : "#define BWD_PRE 0\n");
+    append(defines, sizeof defines, strlen(defines), "#define WG %zu\n#define GT %d\n#define NGT %d\n#define TK %d\n#define ACC_N %d\n#define DQ_N %d\n%s%s",
+           ap.wg, ap.gt, ngt, ap.tk, acc_n, acc_n, kind == ATTN_BWD_PRE ? "#define BWD_PRE 1\n" : "#define BWD_PRE 0\n",
+           kind != ATTN_DQ && device_mma_nv(&ctx->info, pb->dtype, ap.wg, ap.gt, ap.tk, pb->DK) ? "#define MMA_NV 1\n" : "");
     cl_program prog;
     clnsa_status st = program_get(ctx, files, defines, &prog);
     const size_t g[3] = {ap.wg * (size_t)pb->T * (size_t)ngt, (size_t)pb->H, (size_t)pb->B};

@@ -24,5 +24,10 @@ for t in build-gpu/tests/test_nsa_fwd build-gpu/tests/test_nsa_bwd build-gpu/tes
     [ -d "$golden" ] && export CLNSA_GOLDEN_DIR=$golden # else test_golden skips
     (cd build-gpu && CLNSA_EXE=$PWD/clnsa timeout 300 "../$t" 2>&1 | tail -6) | tee -a "$OUT/tests.txt"
 done
+# the tensor-core products (opt-in, cl/mma_nv.h) against the reference too
+for t in build-gpu/tests/test_nsa_fwd build-gpu/tests/test_blocksparse build-gpu/tests/test_guard; do
+    echo "== $t (NVIDIA OpenCL, CLNSA_MMA=1)"
+    (cd build-gpu && CLNSA_MMA=1 timeout 300 "../$t" 2>&1 | tail -3) | tee -a "$OUT/tests.txt"
+done
 echo "== clnsa bench (portable path, NVIDIA OpenCL; SDPA beside it: bench/gpu_bench.sh)"
 build-gpu/clnsa bench --T "$Ts" --repeat "$repeat" --json "$OUT/bench_nvidia.json" 2>&1 | tee "$OUT/bench.txt"

@@ -4,7 +4,8 @@
  * warp-level mma.sync.aligned.m16n8k16, bf16 or f16 in, f32 accumulate.
  *
  * Compiled only with MMA_NV = 1, which the host sets (src/device/probe.c,
- * device_mma_nv) on such devices for bf16 / f16 storage: the f32 tiles in
+ * device_mma_nv; opt-in with CLNSA_MMA=1 for now) on such devices for bf16 /
+ * f16 storage: the f32 tiles in
  * local memory hold values loaded from that storage type, so packing them
  * back into it is exact and the products are the same as the FMA path's
  * up to the order of the f32 sums. Requires GT % 16 == 0, TK % 8 == 0,

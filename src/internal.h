@@ -55,10 +55,12 @@ struct clnsa_context {
 
 /* ----------------------------------------------------------------- device */
 
-/* The NVIDIA tensor-core path of the attention tiles (cl/mma_nv.h): an
- * NVIDIA device of compute capability 8.0 or later, f16 or bf16 storage,
- * tiles of WG % 32, GT % 16, TK % 8, DK % 16 == 0, and CLNSA_MMA not "0"
- * (which keeps the portable path, e.g. to compare the two). */
+/* The NVIDIA tensor-core products of the attention tiles (cl/mma_nv.h):
+ * CLNSA_MMA=1, an NVIDIA device of compute capability 8.0 or later, f16 or
+ * bf16 storage, and tiles of WG % 32, GT % 16, TK % 8, DK % 16 == 0.
+ * Opt-in: it computes only QK^T on the tensor cores, which the H200 measured
+ * slower than the FMA path (the per-row softmax and P.V dominate; see
+ * bench/RESULTS.md), so it stays off until the whole tile runs there. */
 bool device_mma_nv(const clnsa_device_info *info, clnsa_dtype dtype, size_t wg, int gt, int tk, int dk);
 
 /* ---------------------------------------------------------------- tensors */

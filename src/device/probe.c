@@ -151,7 +151,7 @@ const clnsa_device_info *clnsa_context_device_info(const clnsa_context *ctx)
 bool device_mma_nv(const clnsa_device_info *info, clnsa_dtype dtype, size_t wg, int gt, int tk, int dk)
 {
     const char *env = getenv("CLNSA_MMA");
-    if (env && strcmp(env, "0") == 0) return false;
+    if (!env || strcmp(env, "1") != 0) return false; /* opt-in: see internal.h */
     return info->vendor == CLNSA_VENDOR_NVIDIA && info->nv_compute_major >= 8 &&
            (dtype == CLNSA_DTYPE_F16 || dtype == CLNSA_DTYPE_BF16) && wg % 32 == 0 && gt % 16 == 0 && tk % 8 == 0 &&
            dk % 16 == 0;

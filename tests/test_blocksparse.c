@@ -83,19 +83,6 @@ static void check_err(const char *what, const char *name, double e, double t)
     assert_true(e <= t);
 }
 
-static void ok(clnsa_status st, const char *what)
-{
-    if (st != CLNSA_SUCCESS) print_error("%s: %s: %s\n", what, clnsa_status_string(st), clnsa_last_error(env.ctx));
-    assert_int_equal(st, CLNSA_SUCCESS);
-}
-
-static void wait_release(cl_event ev)
-{
-    assert_non_null(ev);
-    assert_int_equal(clWaitForEvents(1, &ev), CL_SUCCESS);
-    clReleaseEvent(ev);
-}
-
 static clnsa_tensor tensor2(cl_mem m, clnsa_dtype dt, int64_t a, int64_t b)
 {
     int64_t s[2] = {a, b};
@@ -158,7 +145,7 @@ static int *make_mask(const bs_case *c, const int *sq, const int *sk, cl_mem seg
         for (size_t i = 0; i < n; ++i) ref[i] = ref[i] != 0;
         for (size_t i = (size_t)nkb; i < n && c->density > 0.3; i += (size_t)nkb * 5) /* some all-off rows */
             memset(host + i, 0, (size_t)nkb), memset(ref + i, 0, sizeof(int) * (size_t)nkb);
-        ok(clnsa_block_mask_from_host(env.ctx, env.queue, host, mv, 0, NULL, &ev), "from_host");
+        assert_ok(&env, clnsa_block_mask_from_host(env.ctx, env.queue, host, mv, 0, NULL, &ev), "from_host");
         free(host); /* the library copied it */
         wait_release(ev);
         break;
@@ -168,10 +155,10 @@ static int *make_mask(const bs_case *c, const int *sq, const int *sk, cl_mem seg
         d.q_block = c->qb;
         d.kv_block = c->kb;
         d.stride = 3;
-        ok(clnsa_block_mask_build(env.ctx, env.queue, &d, CLNSA_MASK_SET, mv, 0, NULL, &ev), "strided");
+        assert_ok(&env, clnsa_block_mask_build(env.ctx, env.queue, &d, CLNSA_MASK_SET, mv, 0, NULL, &ev), "strided");
         wait_release(ev);
         d.kind = CLNSA_BLOCK_MASK_CAUSAL;
-        ok(clnsa_block_mask_build(env.ctx, env.queue, &d, CLNSA_MASK_AND, mv, 0, NULL, &ev), "causal AND");
+        assert_ok(&env, clnsa_block_mask_build(env.ctx, env.queue, &d, CLNSA_MASK_AND, mv, 0, NULL, &ev), "causal AND");
         wait_release(ev);
         ref_bs_block_mask(REF_MASK_STRIDED, c->Tq, c->Tk, c->qb, c->kb, -1, -1, 3, 0, NULL, NULL, ref);
         ref_bs_block_mask(REF_MASK_CAUSAL, c->Tq, c->Tk, c->qb, c->kb, -1, -1, 1, 0, NULL, NULL, tmp);
@@ -183,11 +170,11 @@ static int *make_mask(const bs_case *c, const int *sq, const int *sk, cl_mem seg
         d.kv_block = c->kb;
         d.window_left = 9;
         d.window_right = 2;
-        ok(clnsa_block_mask_build(env.ctx, env.queue, &d, CLNSA_MASK_SET, mv, 0, NULL, &ev), "window");
+        assert_ok(&env, clnsa_block_mask_build(env.ctx, env.queue, &d, CLNSA_MASK_SET, mv, 0, NULL, &ev), "window");
         wait_release(ev);
         d.kind = CLNSA_BLOCK_MASK_GLOBAL;
         d.global_tokens = 5;
-        ok(clnsa_block_mask_build(env.ctx, env.queue, &d, CLNSA_MASK_OR, mv, 0, NULL, &ev), "global OR");
+        assert_ok(&env, clnsa_block_mask_build(env.ctx, env.queue, &d, CLNSA_MASK_OR, mv, 0, NULL, &ev), "global OR");
         wait_release(ev);
         ref_bs_block_mask(REF_MASK_WINDOW, c->Tq, c->Tk, c->qb, c->kb, 9, 2, 1, 0, NULL, NULL, ref);
         ref_bs_block_mask(REF_MASK_GLOBAL, c->Tq, c->Tk, c->qb, c->kb, -1, -1, 1, 5, NULL, NULL, tmp);
@@ -199,16 +186,16 @@ static int *make_mask(const bs_case *c, const int *sq, const int *sk, cl_mem seg
         d.kv_block = c->kb;
         d.q_segment_ids = tensor2(seg_q_m, CLNSA_DTYPE_I32, c->B, c->Tq);
         d.kv_segment_ids = tensor2(seg_k_m, CLNSA_DTYPE_I32, c->B, c->Tk);
-        ok(clnsa_block_mask_build(env.ctx, env.queue, &d, CLNSA_MASK_SET, mv, 0, NULL, &ev), "segment");
+        assert_ok(&env, clnsa_block_mask_build(env.ctx, env.queue, &d, CLNSA_MASK_SET, mv, 0, NULL, &ev), "segment");
         wait_release(ev);
         cl_mem cm = poisoned(&env, (size_t)nbk, CLNSA_DTYPE_I32);
         clnsa_tensor cv = tensor2(cm, CLNSA_DTYPE_I32, nqb, nkb);
         clnsa_block_mask_desc_init(&d, CLNSA_BLOCK_MASK_CAUSAL, c->Tq, c->Tk);
         d.q_block = c->qb;
         d.kv_block = c->kb;
-        ok(clnsa_block_mask_build(env.ctx, env.queue, &d, CLNSA_MASK_SET, &cv, 0, NULL, &ev), "causal");
+        assert_ok(&env, clnsa_block_mask_build(env.ctx, env.queue, &d, CLNSA_MASK_SET, &cv, 0, NULL, &ev), "causal");
         wait_release(ev);
-        ok(clnsa_block_mask_combine(env.ctx, env.queue, CLNSA_MASK_AND, mv, &cv, mv, 0, NULL, &ev), "combine");
+        assert_ok(&env, clnsa_block_mask_combine(env.ctx, env.queue, CLNSA_MASK_AND, mv, &cv, mv, 0, NULL, &ev), "combine");
         wait_release(ev);
         clReleaseMemObject(cm);
         ref_bs_block_mask(REF_MASK_CAUSAL, c->Tq, c->Tk, c->qb, c->kb, -1, -1, 1, 0, NULL, NULL, tmp);
@@ -272,10 +259,10 @@ static void run_backward(const bs_case *c, const clnsa_blocksparse_config *cfg, 
     int64_t hq = c->HQ;
     if (c->sinks && (want & 8)) gr.dsinks = clnsa_tensor_contiguous(ds_m, CLNSA_DTYPE_F32, 1, &hq);
     size_t ws_bytes = 0;
-    ok(clnsa_blocksparse_backward_workspace_size(env.ctx, cfg, in, &gin, &gr, &ws_bytes), c->name);
+    assert_ok(&env, clnsa_blocksparse_backward_workspace_size(env.ctx, cfg, in, &gin, &gr, &ws_bytes), c->name);
     cl_mem ws = ws_bytes ? poisoned(&env, ws_bytes / 4, CLNSA_DTYPE_F32) : NULL;
     cl_event ev = NULL;
-    ok(clnsa_blocksparse_backward(env.ctx, env.queue, cfg, in, &gin, &gr, ws, ws_bytes, 0, NULL, &ev), c->name);
+    assert_ok(&env, clnsa_blocksparse_backward(env.ctx, env.queue, cfg, in, &gin, &gr, ws, ws_bytes, 0, NULL, &ev), c->name);
     wait_release(ev);
     memset(g, 0, sizeof *g);
     g->dq = malloc(nq * c->D * sizeof(double));
@@ -412,10 +399,10 @@ static void run_case(const bs_case *c, uint64_t seed, bool determinism)
     out.o = c->permuted ? permuted_view(o_m, dt, c->B, c->Tq, c->HQ, c->DV) : tensor4(o_m, dt, c->B, c->Tq, c->HQ, c->DV);
     out.lse = tensor3(lse_m, CLNSA_DTYPE_F32, c->B, c->Tq, c->HQ);
     size_t ws_bytes = 0;
-    ok(clnsa_blocksparse_forward_workspace_size(env.ctx, &cfg, &in, &out, &ws_bytes), c->name);
+    assert_ok(&env, clnsa_blocksparse_forward_workspace_size(env.ctx, &cfg, &in, &out, &ws_bytes), c->name);
     cl_mem ws = ws_bytes ? poisoned(&env, ws_bytes / 4, CLNSA_DTYPE_F32) : NULL;
     cl_event ev = NULL;
-    ok(clnsa_blocksparse_forward(env.ctx, env.queue, &cfg, &in, &out, ws, ws_bytes, 0, NULL, &ev), c->name);
+    assert_ok(&env, clnsa_blocksparse_forward(env.ctx, env.queue, &cfg, &in, &out, ws, ws_bytes, 0, NULL, &ev), c->name);
     wait_release(ev);
     double *o = malloc(nq * c->DV * sizeof *o), *lse = malloc(nq * sizeof *lse);
     download(&env, o_m, nq * c->DV, dt, o);
@@ -576,7 +563,7 @@ static void test_builders(void **state)
                 d.kv_block = kb;
                 d.window_left = 20;
                 d.window_right = 0;
-                ok(clnsa_block_mask_build(env.ctx, env.queue, &d, CLNSA_MASK_SET, &mv, 0, NULL, &ev), "base");
+                assert_ok(&env, clnsa_block_mask_build(env.ctx, env.queue, &d, CLNSA_MASK_SET, &mv, 0, NULL, &ev), "base");
                 wait_release(ev);
                 ref_bs_block_mask(REF_MASK_WINDOW, Tq, Tk, qb, kb, 20, 0, 1, 0, NULL, NULL, one);
                 for (int b = 0; b < B; ++b) memcpy(ref + (size_t)b * nbk, one, sizeof(int) * nbk);
@@ -591,7 +578,7 @@ static void test_builders(void **state)
             d.q_segment_ids = tensor2(sq_m, CLNSA_DTYPE_I32, B, Tq);
             d.kv_segment_ids = tensor2(sk_m, CLNSA_DTYPE_I32, B, Tk);
             const clnsa_mask_op op = pass == 0 ? CLNSA_MASK_SET : pass == 1 ? CLNSA_MASK_AND : CLNSA_MASK_OR;
-            ok(clnsa_block_mask_build(env.ctx, env.queue, &d, op, &mv, 0, NULL, &ev), "builder");
+            assert_ok(&env, clnsa_block_mask_build(env.ctx, env.queue, &d, op, &mv, 0, NULL, &ev), "builder");
             wait_release(ev);
             for (int b = 0; b < B; ++b) {
                 ref_bs_block_mask(kinds[ki], Tq, Tk, qb, kb, 13, 7, 3, 29, sq + b * Tq, sk + b * Tk, one);
@@ -656,7 +643,7 @@ static void test_errors(void **state)
     assert_int_equal(clnsa_blocksparse_forward(env.ctx, env.queue, &cfg, &in, &out, NULL, 0, 0, NULL, &ev),
                      CLNSA_ERROR_NULL_ARGUMENT);
     memset(&in.kv_segment_ids, 0, sizeof in.kv_segment_ids);
-    ok(clnsa_blocksparse_forward_workspace_size(env.ctx, &cfg, &in, &out, &bytes), "workspace");
+    assert_ok(&env, clnsa_blocksparse_forward_workspace_size(env.ctx, &cfg, &in, &out, &bytes), "workspace");
     if (bytes)
         assert_int_equal(clnsa_blocksparse_forward(env.ctx, env.queue, &cfg, &in, &out, NULL, 0, 0, NULL, &ev),
                          CLNSA_ERROR_WORKSPACE_TOO_SMALL);

@@ -205,21 +205,59 @@ static void set_fault(int n, int code, const char *label)
     assert_int_equal(setenv("CLNSA_FAULT_INJECT", spec, 1), 0);
 }
 
+/* An undisturbed forward and backward (the reference results), and a second
+ * set of gradient buffers for the disturbed runs. */
+typedef struct {
+    nsa_run r;
+    double *o_clean, *o;
+    bwd_bufs clean, b;
+} clean_run;
+
+static void clean_setup(clean_run *cr, uint64_t seed)
+{
+    nsa_run_setup(&env, &cr->r, named("all branches G=1"), seed);
+    nsa_run_forward(&env, &cr->r);
+    cr->o_clean = cr->r.o;
+    cr->r.o = NULL;
+    cr->o = malloc(cr->r.nq * cr->r.c->DV * sizeof *cr->o);
+    bwd_setup(&env, &cr->clean, &cr->r, seed + 1);
+    assert_int_equal(bwd_enqueue_wait(&env, env.queue, &cr->clean, &cr->r, NULL), CLNSA_SUCCESS);
+    bwd_read(&env, env.queue, &cr->clean, &cr->r);
+    bwd_setup(&env, &cr->b, &cr->r, seed + 1);
+}
+
+/* The forward, then the backward, on the test queue: bitwise the clean run's. */
+static void expect_clean(clean_run *cr)
+{
+    nsa_run *r = &cr->r;
+    cl_event ev = NULL;
+    assert_int_equal(forward_once(r, &ev), CLNSA_SUCCESS);
+    assert_non_null(ev);
+    assert_int_equal(clWaitForEvents(1, &ev), CL_SUCCESS);
+    clReleaseEvent(ev);
+    download(&env, r->o_m, r->nq * r->c->DV, r->c->dt, cr->o);
+    assert_memory_equal(cr->o, cr->o_clean, r->nq * r->c->DV * sizeof *cr->o);
+    assert_int_equal(bwd_enqueue_wait(&env, env.queue, &cr->b, r, NULL), CLNSA_SUCCESS);
+    bwd_read(&env, env.queue, &cr->b, r);
+    for (int g = 0; g < G_COUNT; ++g)
+        if (cr->b.g[g].m) assert_memory_equal(cr->b.g[g].dev, cr->clean.g[g].dev, cr->b.g[g].n * sizeof(double));
+}
+
+static void clean_free(clean_run *cr)
+{
+    free(cr->o);
+    free(cr->o_clean);
+    bwd_free(&cr->b);
+    bwd_free(&cr->clean);
+    nsa_run_free(&cr->r);
+}
+
 static void test_injected_faults(void **state)
 {
     (void)state;
-    const nsa_case *c = named("all branches G=1");
-    nsa_run r;
-    nsa_run_setup(&env, &r, c, 41);
-    nsa_run_forward(&env, &r); /* the undisturbed forward */
-    double *o_clean = r.o;
-    r.o = NULL;
-    bwd_bufs clean, b;
-    bwd_setup(&env, &clean, &r, 42);
-    assert_int_equal(bwd_enqueue_wait(&env, env.queue, &clean, &r, NULL), CLNSA_SUCCESS);
-    bwd_read(&env, env.queue, &clean, &r);
-    bwd_setup(&env, &b, &r, 42);
-    double *o = malloc(r.nq * c->DV * sizeof *o);
+    clean_run cr;
+    clean_setup(&cr, 41);
+    nsa_run *r = &cr.r;
 
     /* The forward enqueues 4 kernels here (2 mean pools, top-k, attention),
      * the backward 13: fail the first, one in the middle and the last. */
@@ -231,7 +269,7 @@ static void test_injected_faults(void **state)
             snprintf(label, sizeof label, "fwd%zu.%d", f, k);
             set_fault(fwd_at[k], faults[f].code, label);
             cl_event ev;
-            clnsa_status st = forward_once(&r, &ev);
+            clnsa_status st = forward_once(r, &ev);
             const char *msg = clnsa_last_error(env.ctx);
             if (k == 0 && f == 0) print_message("  forward, kernel %d: %s: %s\n", fwd_at[k], clnsa_status_string(st), msg);
             assert_int_equal(st, CLNSA_ERROR_OPENCL);
@@ -240,18 +278,11 @@ static void test_injected_faults(void **state)
             assert_non_null(strstr(msg, "clEnqueueNDRangeKernel"));
             assert_int_equal(clFinish(env.queue), CL_SUCCESS); /* what was enqueued before still completes */
             assert_int_equal(unsetenv("CLNSA_FAULT_INJECT"), 0);
-            st = forward_once(&r, &ev); /* the same context, undisturbed */
-            assert_int_equal(st, CLNSA_SUCCESS);
-            assert_non_null(ev);
-            clWaitForEvents(1, &ev);
-            clReleaseEvent(ev);
-            download(&env, r.o_m, r.nq * c->DV, c->dt, o);
-            assert_memory_equal(o, o_clean, r.nq * c->DV * sizeof *o);
 
             snprintf(label, sizeof label, "bwd%zu.%d", f, k);
             set_fault(bwd_at[k], faults[f].code, label);
             bool got_event = true;
-            st = bwd_enqueue_wait(&env, env.queue, &b, &r, &got_event);
+            st = bwd_enqueue_wait(&env, env.queue, &cr.b, r, &got_event);
             msg = clnsa_last_error(env.ctx);
             if (k == 1) print_message("  backward, kernel %d: %s: %s\n", bwd_at[k], clnsa_status_string(st), msg);
             assert_int_equal(st, CLNSA_ERROR_OPENCL);
@@ -259,20 +290,12 @@ static void test_injected_faults(void **state)
             assert_non_null(strstr(msg, faults[f].name));
             assert_int_equal(clFinish(env.queue), CL_SUCCESS);
             assert_int_equal(unsetenv("CLNSA_FAULT_INJECT"), 0);
-            st = bwd_enqueue_wait(&env, env.queue, &b, &r, NULL);
-            assert_int_equal(st, CLNSA_SUCCESS);
-            bwd_read(&env, env.queue, &b, &r);
-            for (int g = 0; g < G_COUNT; ++g)
-                if (b.g[g].m) assert_memory_equal(b.g[g].dev, clean.g[g].dev, b.g[g].n * sizeof(double));
+            expect_clean(&cr); /* the same context, undisturbed */
             runs += 2;
         }
     print_message("  %d injected enqueue failures: each returned CLNSA_ERROR_OPENCL and no event; the next call matched "
                   "the undisturbed run bitwise\n", runs);
-    free(o);
-    free(o_clean);
-    bwd_free(&b);
-    bwd_free(&clean);
-    nsa_run_free(&r);
+    clean_free(&cr);
 }
 
 /* A failure on the device after the call returned, as a lost device shows
@@ -294,17 +317,10 @@ static void test_failed_dependency(void **state)
         print_message("  skipped on PoCL (failed-event propagation aborts in PoCL 3.1); runs on rusticl\n");
         skip();
     }
-    const nsa_case *c = named("all branches G=1");
-    nsa_run r;
-    nsa_run_setup(&env, &r, c, 61);
-    nsa_run_forward(&env, &r);
-    double *o_clean = r.o;
-    r.o = NULL;
-    bwd_bufs clean, b;
-    bwd_setup(&env, &clean, &r, 62);
-    assert_int_equal(bwd_enqueue_wait(&env, env.queue, &clean, &r, NULL), CLNSA_SUCCESS);
-    bwd_read(&env, env.queue, &clean, &r);
-    bwd_setup(&env, &b, &r, 62);
+    clean_run cr;
+    clean_setup(&cr, 61);
+    nsa_run *r = &cr.r;
+    bwd_bufs *b = &cr.b;
 
     cl_int err;
     cl_command_queue lost = clCreateCommandQueue(env.cl, env.device, 0, &err);
@@ -312,12 +328,12 @@ static void test_failed_dependency(void **state)
     cl_event dep = clCreateUserEvent(env.cl, &err);
     assert_int_equal(err, CL_SUCCESS);
     size_t fbytes = 0, bbytes = 0;
-    assert_int_equal(clnsa_nsa_forward_workspace_size(env.ctx, lost, &r.cfg, &r.in, &r.out, &fbytes), CLNSA_SUCCESS);
-    assert_int_equal(bwd_enqueue_wait(&env, env.queue, &b, &r, NULL), CLNSA_SUCCESS); /* sizes b's workspace */
-    bbytes = b.ws_bytes;
+    assert_int_equal(clnsa_nsa_forward_workspace_size(env.ctx, lost, &r->cfg, &r->in, &r->out, &fbytes), CLNSA_SUCCESS);
+    assert_int_equal(bwd_enqueue_wait(&env, env.queue, b, r, NULL), CLNSA_SUCCESS); /* sizes b's workspace */
+    bbytes = b->ws_bytes;
     cl_event fev = NULL, bev = NULL;
-    assert_int_equal(clnsa_nsa_forward(env.ctx, lost, &r.cfg, &r.in, &r.out, r.ws, fbytes, 1, &dep, &fev), CLNSA_SUCCESS);
-    assert_int_equal(clnsa_nsa_backward(env.ctx, lost, &r.cfg, &r.in, &r.out, &b.dout, &b.grads, b.ws, bbytes, 1, &fev,
+    assert_int_equal(clnsa_nsa_forward(env.ctx, lost, &r->cfg, &r->in, &r->out, r->ws, fbytes, 1, &dep, &fev), CLNSA_SUCCESS);
+    assert_int_equal(clnsa_nsa_backward(env.ctx, lost, &r->cfg, &r->in, &r->out, &b->dout, &b->grads, b->ws, bbytes, 1, &fev,
                                         &bev),
                      CLNSA_SUCCESS);
     assert_non_null(fev);
@@ -337,22 +353,8 @@ static void test_failed_dependency(void **state)
     clFinish(lost);
     clReleaseCommandQueue(lost);
 
-    cl_event ev = NULL;
-    assert_int_equal(forward_once(&r, &ev), CLNSA_SUCCESS);
-    assert_int_equal(clWaitForEvents(1, &ev), CL_SUCCESS);
-    clReleaseEvent(ev);
-    double *o = malloc(r.nq * c->DV * sizeof *o);
-    download(&env, r.o_m, r.nq * c->DV, c->dt, o);
-    assert_memory_equal(o, o_clean, r.nq * c->DV * sizeof *o);
-    assert_int_equal(bwd_enqueue_wait(&env, env.queue, &b, &r, NULL), CLNSA_SUCCESS);
-    bwd_read(&env, env.queue, &b, &r);
-    for (int g = 0; g < G_COUNT; ++g)
-        if (b.g[g].m) assert_memory_equal(b.g[g].dev, clean.g[g].dev, b.g[g].n * sizeof(double));
-    free(o);
-    free(o_clean);
-    bwd_free(&b);
-    bwd_free(&clean);
-    nsa_run_free(&r);
+    expect_clean(&cr);
+    clean_free(&cr);
 }
 
 /* A workspace one byte short: rejected before anything is enqueued, and the

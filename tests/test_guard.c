@@ -22,19 +22,6 @@
 
 TEST_ENV_GROUP
 
-static void ok(clnsa_status st, const char *what)
-{
-    if (st != CLNSA_SUCCESS) print_error("%s: %s: %s\n", what, clnsa_status_string(st), clnsa_last_error(env.ctx));
-    assert_int_equal(st, CLNSA_SUCCESS);
-}
-
-static void wait_release(cl_event ev)
-{
-    assert_non_null(ev);
-    assert_int_equal(clWaitForEvents(1, &ev), CL_SUCCESS);
-    clReleaseEvent(ev);
-}
-
 /* Guarded copies of `n` output views (absent ones stay absent), run through
  * guard_check against the plain run's views, then freed. */
 typedef struct {
@@ -86,9 +73,9 @@ static void nsa_forward_guarded(const char *name)
     snapshot in = {0};
     snapshot_add(&env, &in, TENSORS_OF(r.in));
     size_t bytes = 0;
-    ok(clnsa_nsa_forward_workspace_size(env.ctx, env.queue, &r.cfg, &r.in, &out, &bytes), name);
+    assert_ok(&env, clnsa_nsa_forward_workspace_size(env.ctx, env.queue, &r.cfg, &r.in, &out, &bytes), name);
     cl_event ev = NULL;
-    ok(clnsa_nsa_forward(env.ctx, env.queue, &r.cfg, &r.in, &out, r.ws, bytes, 0, NULL, &ev), name);
+    assert_ok(&env, clnsa_nsa_forward(env.ctx, env.queue, &r.cfg, &r.in, &out, r.ws, bytes, 0, NULL, &ev), name);
     wait_release(ev);
     guards_check(&gs, (const clnsa_tensor *)&plain, names);
     const int inputs = in.n;
@@ -106,7 +93,7 @@ static void nsa_backward_guarded(const char *name)
     nsa_run_forward(&env, &r);
     bwd_bufs b;
     bwd_setup(&env, &b, &r, 7);
-    ok(bwd_enqueue_wait(&env, env.queue, &b, &r, NULL), name);
+    assert_ok(&env, bwd_enqueue_wait(&env, env.queue, &b, &r, NULL), name);
 
     const clnsa_nsa_grads plain = b.grads;
     static const char *const names[] = {"dq",    "dk",   "dv",    "dg_cmp", "dg_slc", "dg_swa", "dk_cmp",
@@ -122,7 +109,7 @@ static void nsa_backward_guarded(const char *name)
     snapshot_add(&env, &in, &b.dout, 1);
     /* directly: bwd_enqueue_wait would poison the plain run's buffers */
     cl_event ev = NULL;
-    ok(clnsa_nsa_backward(env.ctx, env.queue, &r.cfg, &r.in, &r.out, &b.dout, &b.grads, b.ws, b.ws_bytes, 0, NULL, &ev),
+    assert_ok(&env, clnsa_nsa_backward(env.ctx, env.queue, &r.cfg, &r.in, &r.out, &b.dout, &b.grads, b.ws, b.ws_bytes, 0, NULL, &ev),
        name);
     wait_release(ev);
     guards_check(&gs, (const clnsa_tensor *)&plain, names);
@@ -226,8 +213,8 @@ static void bs_make(bs_problem *p, const bs_shape *s, uint64_t seed)
     win.window_right = 0;
     glob.global_tokens = 9;
     cl_event ev = NULL;
-    ok(clnsa_block_mask_build(env.ctx, env.queue, &win, CLNSA_MASK_SET, &p->in.block_mask, 0, NULL, NULL), "mask");
-    ok(clnsa_block_mask_build(env.ctx, env.queue, &glob, CLNSA_MASK_OR, &p->in.block_mask, 0, NULL, &ev), "mask");
+    assert_ok(&env, clnsa_block_mask_build(env.ctx, env.queue, &win, CLNSA_MASK_SET, &p->in.block_mask, 0, NULL, NULL), "mask");
+    assert_ok(&env, clnsa_block_mask_build(env.ctx, env.queue, &glob, CLNSA_MASK_OR, &p->in.block_mask, 0, NULL, &ev), "mask");
     wait_release(ev);
     p->out.o = bs_poisoned(p, dt, 4, so);
     p->out.lse = bs_poisoned(p, CLNSA_DTYPE_F32, 3, sl);
@@ -248,10 +235,10 @@ static void bs_free(bs_problem *p)
 static cl_mem bs_forward(bs_problem *p, const clnsa_blocksparse_outputs *out, cl_mem ws)
 {
     size_t bytes = 0;
-    ok(clnsa_blocksparse_forward_workspace_size(env.ctx, &p->cfg, &p->in, out, &bytes), "bs forward ws");
+    assert_ok(&env, clnsa_blocksparse_forward_workspace_size(env.ctx, &p->cfg, &p->in, out, &bytes), "bs forward ws");
     if (!ws) ws = poisoned(&env, bytes / 4 + 1, CLNSA_DTYPE_F32);
     cl_event ev = NULL;
-    ok(clnsa_blocksparse_forward(env.ctx, env.queue, &p->cfg, &p->in, out, ws, bytes, 0, NULL, &ev), "bs forward");
+    assert_ok(&env, clnsa_blocksparse_forward(env.ctx, env.queue, &p->cfg, &p->in, out, ws, bytes, 0, NULL, &ev), "bs forward");
     wait_release(ev);
     return ws;
 }
@@ -259,10 +246,10 @@ static cl_mem bs_forward(bs_problem *p, const clnsa_blocksparse_outputs *out, cl
 static cl_mem bs_backward(bs_problem *p, const clnsa_blocksparse_grads *grads, cl_mem ws)
 {
     size_t bytes = 0;
-    ok(clnsa_blocksparse_backward_workspace_size(env.ctx, &p->cfg, &p->in, &p->gin, grads, &bytes), "bs backward ws");
+    assert_ok(&env, clnsa_blocksparse_backward_workspace_size(env.ctx, &p->cfg, &p->in, &p->gin, grads, &bytes), "bs backward ws");
     if (!ws) ws = poisoned(&env, bytes / 4 + 1, CLNSA_DTYPE_F32);
     cl_event ev = NULL;
-    ok(clnsa_blocksparse_backward(env.ctx, env.queue, &p->cfg, &p->in, &p->gin, grads, ws, bytes, 0, NULL, &ev),
+    assert_ok(&env, clnsa_blocksparse_backward(env.ctx, env.queue, &p->cfg, &p->in, &p->gin, grads, ws, bytes, 0, NULL, &ev),
        "bs backward");
     wait_release(ev);
     return ws;
@@ -336,13 +323,13 @@ static void test_mask_builders(void **state)
     guard_set gs;
     for (int pass = 0; pass < 2; ++pass) {
         if (pass == 1) guards_place(&gs, views, 3, true);
-        ok(clnsa_block_mask_build(env.ctx, env.queue, &causal, CLNSA_MASK_SET, &views[0], 0, NULL, NULL), "causal");
-        ok(clnsa_block_mask_build(env.ctx, env.queue, &strided, CLNSA_MASK_SET, &views[1], 0, NULL, NULL), "strided");
+        assert_ok(&env, clnsa_block_mask_build(env.ctx, env.queue, &causal, CLNSA_MASK_SET, &views[0], 0, NULL, NULL), "causal");
+        assert_ok(&env, clnsa_block_mask_build(env.ctx, env.queue, &strided, CLNSA_MASK_SET, &views[1], 0, NULL, NULL), "strided");
         assert_int_equal(clFinish(env.queue), CL_SUCCESS);
         snapshot in = {0};
         snapshot_add(&env, &in, views, 2);
         cl_event ev = NULL;
-        ok(clnsa_block_mask_combine(env.ctx, env.queue, CLNSA_MASK_AND, &views[0], &views[1], &views[2], 0, NULL, &ev),
+        assert_ok(&env, clnsa_block_mask_combine(env.ctx, env.queue, CLNSA_MASK_AND, &views[0], &views[1], &views[2], 0, NULL, &ev),
            "combine");
         wait_release(ev);
         snapshot_check(&env, &in, "combine");
@@ -354,9 +341,9 @@ static void test_mask_builders(void **state)
     guard_view h;
     guard_place(&env, &h, &plain[2], false, 9);
     cl_event ev = NULL;
-    ok(clnsa_block_mask_from_host(env.ctx, env.queue, host, &h.view, 0, NULL, &ev), "from host");
+    assert_ok(&env, clnsa_block_mask_from_host(env.ctx, env.queue, host, &h.view, 0, NULL, &ev), "from host");
     wait_release(ev);
-    ok(clnsa_block_mask_from_host(env.ctx, env.queue, host, &plain[2], 0, NULL, &ev), "from host");
+    assert_ok(&env, clnsa_block_mask_from_host(env.ctx, env.queue, host, &plain[2], 0, NULL, &ev), "from host");
     wait_release(ev);
     const size_t hg = guard_check(&env, &h, &plain[2], "from host");
     guard_free(&h);

@@ -246,6 +246,19 @@ static void test_reject_before_compiling(void **state)
     nsa_run_free(&r);
 }
 
+/* Runs a shell command of the clnsa tool whose output goes to tmpdir/log;
+ * on failure prints that log, and fails. */
+static void run_tool(const char *cmd, const char *log)
+{
+    const int rc = system(cmd);
+    if (rc != 0) {
+        char cat[256];
+        snprintf(cat, sizeof cat, "cat %s/%s", tmpdir, log);
+        if (system(cat)) print_error("(no log)\n");
+    }
+    assert_int_equal(rc, 0);
+}
+
 /* `clnsa tune` on a tiny shape class (with a device made smaller, so some
  * candidates are dropped before compiling), then its file as the user file:
  * the tuned parameters are chosen and built, and the forward agrees with the
@@ -268,13 +281,7 @@ static void test_tune_run(void **state)
              "CLNSA_MAX_LOCAL_MEM=12288 %s tune --family nsa_fwd,nsa_bwd_dkdv --D 32 --G 4 --block 16 --dtype f32 "
              "--T 45 --H 2 --S 4 --window 8 --budget 3 --repeat 1 --seed 3 --out %s%s > %s/tune.log 2>&1",
              exe, out, devopt, tmpdir);
-    int rc = system(cmd);
-    if (rc != 0) {
-        char log[200];
-        snprintf(log, sizeof log, "cat %s/tune.log", tmpdir);
-        if (system(log)) print_error("(no log)\n");
-    }
-    assert_int_equal(rc, 0);
+    run_tool(cmd, "tune.log");
 
     tune_file *tf = NULL;
     char msg[512];
@@ -426,12 +433,7 @@ static void test_blocksparse_families(void **state)
              "%s tune --family blocksparse --D 32 --G 4 --dtype f32 --T 40 --H 2 --window 13 --budget 3 --repeat 1 "
              "--out %s > %s/bs_tune.log 2>&1",
              exe, out, tmpdir);
-    const int rc = system(cmd);
-    if (rc != 0) {
-        snprintf(cmd, sizeof cmd, "cat %s/bs_tune.log", tmpdir);
-        if (system(cmd)) print_error("(no log)\n");
-    }
-    assert_int_equal(rc, 0);
+    run_tool(cmd, "bs_tune.log");
     tune_file *tf = NULL;
     char msg[512];
     assert_int_equal(tune_file_load(out, &tf, msg, sizeof msg), CLNSA_SUCCESS);

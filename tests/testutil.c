@@ -5,9 +5,14 @@
 #include "fp16.h"
 
 #include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include <cmocka.h>
 
 static void die(const char *what, cl_int err)
 {
@@ -233,4 +238,17 @@ const char *golden_dir(void)
 {
     const char *d = getenv("CLNSA_GOLDEN_DIR");
     return d && *d ? d : NULL;
+}
+
+void assert_ok(const test_env *env, clnsa_status st, const char *what)
+{
+    if (st != CLNSA_SUCCESS) print_error("%s: %s: %s\n", what, clnsa_status_string(st), clnsa_last_error(env->ctx));
+    assert_int_equal(st, CLNSA_SUCCESS);
+}
+
+void wait_release(cl_event ev)
+{
+    assert_non_null(ev);
+    assert_int_equal(clWaitForEvents(1, &ev), CL_SUCCESS);
+    clReleaseEvent(ev);
 }

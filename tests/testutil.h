@@ -65,6 +65,12 @@ double rel_l2_floor(const double *x, const double *ref, size_t n, double floor_r
 /* Same, with -inf entries required to match exactly and skipped otherwise. */
 double rel_l2_lse(const double *x, const double *ref, size_t n);
 
+/* Asserts st is CLNSA_SUCCESS, printing `what` and the context's last error
+ * otherwise. */
+void assert_ok(const test_env *env, clnsa_status st, const char *what);
+/* Asserts the event exists and completes, then releases it. */
+void wait_release(cl_event ev);
+
 clnsa_tensor tensor4(cl_mem m, clnsa_dtype dt, int64_t a, int64_t b, int64_t c, int64_t d);
 clnsa_tensor tensor3(cl_mem m, clnsa_dtype dt, int64_t a, int64_t b, int64_t c);
 

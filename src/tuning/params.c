@@ -285,55 +285,48 @@ bool tune_safe_default(const clnsa_device_info *info, int family, const tune_pro
 
 /* ------------------------------------------- what the kernels are given */
 
-clnsa_status tune_nsa_attn(clnsa_context *ctx, const tune_problem *pb, attn_kind kind, attn_params *p)
+/* The chosen values of a family and the local memory they take. */
+static clnsa_status choose(clnsa_context *ctx, int family, const tune_problem *pb, int *v, size_t *local_bytes)
 {
-    const int family = kind == ATTN_FWD ? TF_NSA_FWD : kind == ATTN_BWD_PRE ? TF_NSA_BWD_PRE : TF_NSA_BWD_DQ;
     tune_choice c;
     clnsa_status st = tune_choose(ctx, family, pb, &c);
     if (st != CLNSA_SUCCESS) return st;
-    p->wg = (size_t)c.v[0];
-    p->gt = c.v[1];
-    p->tk = c.v[2];
-    p->local_bytes = tune_families[family].local_bytes(c.v, pb);
+    memcpy(v, c.v, sizeof c.v);
+    *local_bytes = tune_families[family].local_bytes(c.v, pb);
     return CLNSA_SUCCESS;
+}
+
+clnsa_status tune_nsa_attn(clnsa_context *ctx, const tune_problem *pb, attn_kind kind, attn_params *p)
+{
+    const int family = kind == ATTN_FWD ? TF_NSA_FWD : kind == ATTN_BWD_PRE ? TF_NSA_BWD_PRE : TF_NSA_BWD_DQ;
+    int v[TUNE_MAX_PARAMS] = {0};
+    clnsa_status st = choose(ctx, family, pb, v, &p->local_bytes);
+    *p = (attn_params){(size_t)v[0], v[1], v[2], p->local_bytes};
+    return st;
 }
 
 clnsa_status tune_nsa_dkdv(clnsa_context *ctx, const tune_problem *pb, dkdv_params *p)
 {
-    tune_choice c;
-    clnsa_status st = tune_choose(ctx, TF_NSA_DKDV, pb, &c);
-    if (st != CLNSA_SUCCESS) return st;
-    p->wg = (size_t)c.v[0];
-    p->tkk = c.v[1];
-    p->rq = c.v[2];
-    p->local_bytes = dkdv_bytes(c.v, pb);
-    return CLNSA_SUCCESS;
+    int v[TUNE_MAX_PARAMS] = {0};
+    clnsa_status st = choose(ctx, TF_NSA_DKDV, pb, v, &p->local_bytes);
+    *p = (dkdv_params){(size_t)v[0], v[1], v[2], p->local_bytes};
+    return st;
 }
 
 clnsa_status tune_nsa_topk(clnsa_context *ctx, const tune_problem *pb, topk_params *p)
 {
-    tune_choice c;
-    clnsa_status st = tune_choose(ctx, TF_NSA_TOPK, pb, &c);
-    if (st != CLNSA_SUCCESS) return st;
-    p->wg = (size_t)c.v[0];
-    p->gt = c.v[1];
-    p->tk = c.v[2];
-    p->jb = c.v[3];
-    p->pc_max = topk_pc_max(c.v[3], pb);
-    p->local_bytes = topk_bytes(c.v, pb);
-    return CLNSA_SUCCESS;
+    int v[TUNE_MAX_PARAMS] = {0};
+    clnsa_status st = choose(ctx, TF_NSA_TOPK, pb, v, &p->local_bytes);
+    *p = (topk_params){(size_t)v[0], v[1], v[2], v[3], topk_pc_max(v[3], pb), p->local_bytes};
+    return st;
 }
 
 clnsa_status tune_blocksparse(clnsa_context *ctx, int family, const tune_problem *pb, bs_tile_params *p)
 {
-    tune_choice c;
-    clnsa_status st = tune_choose(ctx, family, pb, &c);
-    if (st != CLNSA_SUCCESS) return st;
-    p->wg = (size_t)c.v[0];
-    p->bq = c.v[1];
-    p->bk = c.v[2];
-    p->local_bytes = tune_families[family].local_bytes(c.v, pb);
-    return CLNSA_SUCCESS;
+    int v[TUNE_MAX_PARAMS] = {0};
+    clnsa_status st = choose(ctx, family, pb, v, &p->local_bytes);
+    *p = (bs_tile_params){(size_t)v[0], v[1], v[2], p->local_bytes};
+    return st;
 }
 
 size_t tune_blocksparse_aux_wg(const clnsa_device_info *info)

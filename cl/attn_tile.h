@@ -8,9 +8,6 @@
  * DK, DV (head dims), TK (keys per tile), ACC_N = ceil(GT*DV / WG)
  * (output elements each work-item owns).
  *
- * With MMA_NV (mma_nv.h, included before this file) the tile's products
- * QK^T run on NVIDIA's tensor cores; everything else is the same.
- *
  * Local memory (floats): qs[GT*DK], ks[TK*KPAD(DK)], vs[TK*DV], ps[GT*TK],
  * and m, l, alpha[GT] (running max, running sum, last rescale factor).
  * Rows past the real head count hold zero queries; their results are unused.
@@ -70,34 +67,18 @@ inline void attend_scores(ATTN_SMEM_PARAMS, float acc[ACC_N], int nk, int lid)
     barrier(CLK_LOCAL_MEM_FENCE);
 }
 
-/* One key tile of nk keys, already in ks / vs: the scores, then
- * attend_scores. Ends with a barrier. */
-/* Called after the tile is loaded (and a barrier): with MMA_NV, the whole
- * GT x TK tile of products on the tensor cores (mma_nv.h) into ps. */
-inline void tile_products(ATTN_SMEM_PARAMS, int lid)
-{
-#if MMA_NV
-    mma_scores(qs, ks, ps, lid);
-    barrier(CLK_LOCAL_MEM_FENCE);
-#endif
-}
-
-/* q_g . k_j of the tile: read back from ps after tile_products (MMA_NV),
- * else computed here on the FMA units. */
+/* q_g . k_j of the tile, on the FMA units. */
 inline float tile_dot(ATTN_SMEM_PARAMS, int g, int j)
 {
-#if MMA_NV
-    return ps[g * TK + j];
-#else
     float dot = 0.0f;
     for (int d = 0; d < DK; ++d) dot = fma(qs[g * DK + d], ks[j * KPAD(DK) + d], dot);
     return dot;
-#endif
 }
 
+/* One key tile of nk keys, already in ks / vs: the scores, then
+ * attend_scores. Ends with a barrier. */
 inline void attend_tile(ATTN_SMEM_PARAMS, float acc[ACC_N], int nk, float scale, int lid)
 {
-    tile_products(ATTN_SMEM, lid);
     for (int idx = lid; idx < GT * TK; idx += WG) {
         int g = idx / TK, j = idx - g * TK;
         float s = -INFINITY;

@@ -64,7 +64,6 @@ __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void bs_fwd(
             kseg[j] = has_seg ? seg_k[bs_at2(sk_off, sk_st, b, jj)] : 0;
         }
         barrier(CLK_LOCAL_MEM_FENCE);
-        tile_products(ATTN_SMEM, lid);
         for (int x0 = 0; x0 < GT * TK; x0 += WG) {
             const int idx = x0 + lid;
             if (idx >= GT * TK) break;

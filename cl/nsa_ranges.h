@@ -3,7 +3,8 @@
  * ranges, for the per-query kernels (forward, backward prologue, dq). The
  * per-key kernels of the backward use the inverse rules (nsa_bwd_dkdv.cl).
  *
- * Defines: BS, S, CMP_L, CMP_D, WINDOW, VARLEN, HAS_COUNTS.
+ * Defines: BS, S, CMP_L, CMP_D, WINDOW, VARLEN, HAS_COUNTS, INIT_BLOCKS,
+ * LOCAL_BLOCKS.
  */
 
 /* The leading arguments of every per-query kernel (nsa_fwd, nsa_bwd_dq), in
@@ -64,3 +65,41 @@ inline int slc_slots(__global const int *bcnt, idx_t cnt_at, bool live)
 
 /* Sliding window: keys t - WINDOW < s <= t. */
 inline int swa_key0(int tl) { return max(0, tl - WINDOW + 1); }
+
+/* Top-k scoring (nsa_topk.cl, nsa_topk_warp.cl): the compressed keys [x, y)
+ * whose spans [i*CMP_D, i*CMP_D + CMP_L) meet selection blocks j0 .. j1-1,
+ * of the nvis visible ones. */
+inline int2 cmp_keys_of_blocks(int j0, int j1, int nvis)
+{
+    const int lo_tok = j0 * BS - (CMP_L - 1);
+    const int lo = lo_tok > 0 ? ceil_div(lo_tok, CMP_D) : 0;
+    const int hi = min(nvis, (j1 * BS - 1) / CMP_D + 1);
+    return (int2)(lo, max(lo, hi));
+}
+
+/* Block j's importance: the summed probabilities pc[i - i_lo] of the
+ * compressed keys overlapping it (pc holds keys i_lo .. i_hi-1); +inf for
+ * the forced initial and local blocks (cur: the query's own block). */
+inline float block_score(__local const float *pc, int i_lo, int i_hi, int j, int cur)
+{
+    if (j < INIT_BLOCKS || j > cur - LOCAL_BLOCKS) return INFINITY;
+    const int2 r = cmp_keys_of_blocks(j, j + 1, i_hi);
+    float score = 0.0f;
+    for (int i = max(i_lo, r.x); i < r.y; ++i) score += pc[i - i_lo];
+    return score;
+}
+
+/* Inserts (score, j) into the sorted top-S list unless it is not better
+ * than the last entry; equal scores keep the earlier (lower) block first. */
+inline void topk_insert(__local float *tv, __local int *ti, float score, int j)
+{
+    if (!(score > tv[S - 1])) return;
+    int p = S - 1;
+    while (p > 0 && score > tv[p - 1]) {
+        tv[p] = tv[p - 1];
+        ti[p] = ti[p - 1];
+        --p;
+    }
+    tv[p] = score;
+    ti[p] = j;
+}

@@ -38,21 +38,6 @@ inline void tile_scores(__local const float *qs, __local const float *ks, __loca
     }
 }
 
-/* Inserts (score, j) into the sorted list unless it is not better than the
- * last entry; equal scores keep the earlier (lower) block first. */
-inline void topk_insert(__local float *tv, __local int *ti, float score, int j)
-{
-    if (!(score > tv[S - 1])) return;
-    int p = S - 1;
-    while (p > 0 && score > tv[p - 1]) {
-        tv[p] = tv[p - 1];
-        ti[p] = ti[p - 1];
-        --p;
-    }
-    tv[p] = score;
-    ti[p] = j;
-}
-
 __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void nsa_topk(
     __global const store_t *q, idx_t q_off, idx4_t q_st,
     __global const store_t *kc, idx_t kc_off, idx4_t kc_st, int nc_rows,
@@ -113,11 +98,8 @@ __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void nsa_topk(
     const int cur = tl / BS, ncand = sq.len > 0 ? cur + 1 : 0;
     for (int j0 = 0; j0 < ncand; j0 += JB) {
         const int nj = min(JB, ncand - j0);
-        /* compressed keys i whose span [i*d, i*d+l) meets blocks j0 .. j0+nj-1 */
-        const int lo_tok = j0 * BS - (CMP_L - 1);
-        const int i_lo = lo_tok > 0 ? ceil_div(lo_tok, CMP_D) : 0;
-        const int i_hi = min(nvis, ((j0 + nj) * BS - 1) / CMP_D + 1);
-        const int npc = max(0, i_hi - i_lo);
+        const int2 pr = cmp_keys_of_blocks(j0, j0 + nj, nvis);
+        const int i_lo = pr.x, i_hi = pr.y, npc = i_hi - i_lo;
         barrier(CLK_LOCAL_MEM_FENCE);
         for (int i = lid; i < PC_MAX; i += WG) pc[i] = 0.0f;
         for (int g0 = 0; g0 < G; g0 += GT) {
@@ -146,15 +128,7 @@ __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void nsa_topk(
         }
         barrier(CLK_LOCAL_MEM_FENCE);
         for (int jj = lid; jj < nj; jj += WG) {
-            const int j = j0 + jj;
-            const bool forced = j < INIT_BLOCKS || j > cur - LOCAL_BLOCKS;
-            float score = 0.0f;
-            /* compressed keys overlapping block j */
-            const int a_tok = j * BS - (CMP_L - 1);
-            const int a = max(i_lo, a_tok > 0 ? ceil_div(a_tok, CMP_D) : 0);
-            const int e = min(i_hi, ((j + 1) * BS - 1) / CMP_D + 1);
-            for (int i = a; i < e; ++i) score += pc[i - i_lo];
-            bsc[jj] = forced ? INFINITY : score;
+            bsc[jj] = block_score(pc, i_lo, i_hi, j0 + jj, cur);
         }
         barrier(CLK_LOCAL_MEM_FENCE);
         if (lid == 0)

@@ -112,6 +112,22 @@ CLNSA_API clnsa_tensor clnsa_tensor_contiguous(cl_mem data, clnsa_dtype dtype, i
 
 typedef struct clnsa_context clnsa_context;
 
+/* Which kernels compute the attention products. */
+typedef enum {
+    /* $CLNSA_MMA when set ("0": portable, "emulate": emulated), else the
+     * tensor cores where they apply: NVIDIA devices of compute capability 8.0
+     * or later, f16/bf16 storage, head dims multiples of 16 up to 128, and
+     * the tensors' rows 16-byte aligned with unit dim stride; the portable
+     * kernels elsewhere. */
+    CLNSA_MATRIX_AUTO = 0,
+    /* The portable kernels (FMA units) everywhere. */
+    CLNSA_MATRIX_PORTABLE,
+    /* The tensor-core path's warp kernels on any device, their matrix and
+     * cross-lane operations emulated in local memory: checks that path's
+     * logic on a CPU (the tests run it on PoCL); slow. */
+    CLNSA_MATRIX_EMULATED
+} clnsa_matrix_path;
+
 typedef struct clnsa_context_options {
     /* Extra options appended to every kernel build (NULL = none). */
     const char *extra_build_options;
@@ -126,6 +142,8 @@ typedef struct clnsa_context_options {
      * CLNSA_CACHE_DIR environment variable, else $XDG_CACHE_HOME/clnsa, else
      * ~/.cache/clnsa). CLNSA_CACHE=0 turns the cache off. */
     const char *cache_dir;
+    /* The tensor-core path (see clnsa_matrix_path; 0 = AUTO). */
+    clnsa_matrix_path matrix_path;
 } clnsa_context_options;
 
 /* Creates a context for one device of the caller's cl_context. The library

@@ -438,68 +438,76 @@ static int candidate_cmp(const void *pa, const void *pb)
     return (a->j > b->j) - (a->j < b->j);
 }
 
-void ref_topk(const ref_nsa_shape *sh, const double *q, const double *k_cmp,
-              const int *block_counts, int *block_indices)
+int ref_block_importance(const ref_nsa_shape *sh, const double *q, const double *k_cmp,
+                         int s, int t, int h, double *imp)
 {
-    const int T = sh->T, HQ = sh->HQ, H = sh->H, DK = sh->DK;
-    const int G = HQ / H, S = sh->block_count, bs = sh->block_size;
+    const int HQ = sh->HQ, H = sh->H, DK = sh->DK, T = sh->T;
+    const int G = HQ / H, bs = sh->block_size;
     const int l = ref_cmp_block(sh), d = ref_cmp_stride(sh);
     const int NC = ref_total_cmp(sh);
     const double scale = ref_scale(sh);
+    const ref_seq sq = ref_get_seq(sh, s);
+    const int token = sq.start + t, nv = cmp_visible(sh, t), tb = t / bs;
+    /* P[i]: compressed-attention probabilities summed over the group's G
+     * query heads. */
+    double *P = xcalloc((size_t)nv + 1, sizeof *P);
+    double *z = xcalloc((size_t)nv + 1, sizeof *z);
+    for (int g = 0; g < G; g++) {
+        const double *qr = q + at4(sq.b, token, h * G + g, 0, T, HQ, DK);
+        double m = -INFINITY, sum = 0.0;
+        for (int i = 0; i < nv; i++) {
+            z[i] = scale * dot(qr, k_cmp + at4(sq.b, sq.cstart + i, h, 0, NC, H, DK), DK);
+            if (z[i] > m)
+                m = z[i];
+        }
+        for (int i = 0; i < nv; i++)
+            sum += exp(z[i] - m);
+        const double lse = m + log(sum);
+        for (int i = 0; i < nv; i++)
+            P[i] += exp(z[i] - lse);
+    }
+    /* block importance (overlap rule); forced blocks +inf */
+    for (int j = 0; j <= tb; j++) {
+        imp[j] = 0.0;
+        for (int i = 0; i < nv; i++)
+            if (i * d < (j + 1) * bs && i * d + l > j * bs)
+                imp[j] += P[i];
+        if (j < sh->init_blocks || j > tb - sh->local_blocks)
+            imp[j] = INFINITY;
+    }
+    free(P);
+    free(z);
+    return tb + 1;
+}
 
-    double *P = xcalloc((size_t)NC + 1, sizeof *P);
-    double *z = xcalloc((size_t)NC + 1, sizeof *z);
+void ref_topk(const ref_nsa_shape *sh, const double *q, const double *k_cmp,
+              const int *block_counts, int *block_indices)
+{
+    const int T = sh->T, H = sh->H, S = sh->block_count;
+    double *imp = xcalloc((size_t)T + 1, sizeof *imp);
     candidate *cand = xcalloc((size_t)T + 1, sizeof *cand);
 
     for (int s = 0; s < ref_num_seqs(sh); s++) {
         ref_seq sq = ref_get_seq(sh, s);
         for (int t = 0; t < sq.len; t++) {
             int token = sq.start + t;
-            int nv = cmp_visible(sh, t);
-            int tb = t / bs;
             for (int h = 0; h < H; h++) {
-                /* P[i]: compressed-attention probabilities summed over the
-                 * group's G query heads. */
-                for (int i = 0; i < nv; i++)
-                    P[i] = 0.0;
-                for (int g = 0; g < G; g++) {
-                    int hq = h * G + g;
-                    const double *qr = q + at4(sq.b, token, hq, 0, T, HQ, DK);
-                    double m = -INFINITY, sum = 0.0;
-                    for (int i = 0; i < nv; i++) {
-                        const double *kc =
-                            k_cmp + at4(sq.b, sq.cstart + i, h, 0, NC, H, DK);
-                        z[i] = scale * dot(qr, kc, DK);
-                        if (z[i] > m)
-                            m = z[i];
-                    }
-                    for (int i = 0; i < nv; i++)
-                        sum += exp(z[i] - m);
-                    double lse = m + log(sum);
-                    for (int i = 0; i < nv; i++)
-                        P[i] += exp(z[i] - lse);
-                }
-                /* block importance (overlap rule) and forced flags */
-                for (int j = 0; j <= tb; j++) {
+                const int nc = ref_block_importance(sh, q, k_cmp, s, t, h, imp);
+                for (int j = 0; j < nc; j++) {
                     cand[j].j = j;
-                    cand[j].forced =
-                        j < sh->init_blocks || j > tb - sh->local_blocks;
-                    cand[j].imp = 0.0;
-                    for (int i = 0; i < nv; i++)
-                        if (i * d < (j + 1) * bs && i * d + l > j * bs)
-                            cand[j].imp += P[i];
+                    cand[j].forced = isinf(imp[j]);
+                    cand[j].imp = imp[j];
                 }
-                qsort(cand, (size_t)tb + 1, sizeof *cand, candidate_cmp);
+                qsort(cand, (size_t)nc, sizeof *cand, candidate_cmp);
 
                 int seff = slots_used(sh, block_counts, sq.b, token, h);
-                int nsel = seff < tb + 1 ? seff : tb + 1;
+                int nsel = seff < nc ? seff : nc;
                 int *row = block_indices + at4(sq.b, token, h, 0, T, H, S);
                 for (int slot = 0; slot < S; slot++)
                     row[slot] = slot < nsel ? cand[slot].j : -1;
             }
         }
     }
-    free(P);
-    free(z);
+    free(imp);
     free(cand);
 }

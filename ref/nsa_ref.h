@@ -193,6 +193,11 @@ void ref_cmp_bwd(const ref_nsa_shape *sh, const double *q, const double *k_cmp,
                  double *dk_cmp, double *dv_cmp);
 
 /* ---- 3. top-k ----------------------------------------------------------- */
+/* The importance of the blocks 0 .. tb that position t of sequence s sees
+ * (tb = t / block_size), for KV head h: imp[j] (+inf for forced blocks).
+ * Returns tb + 1. */
+int ref_block_importance(const ref_nsa_shape *sh, const double *q, const double *k_cmp,
+                         int s, int t, int h, double *imp);
 /* block_indices [B,T,H,S] (overwritten); block_counts [B,T,H] or NULL. */
 void ref_topk(const ref_nsa_shape *sh, const double *q, const double *k_cmp,
               const int *block_counts, int *block_indices);

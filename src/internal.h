@@ -51,17 +51,19 @@ struct clnsa_context {
     struct tune_file *tuning; /* the user's tuning file; NULL: none */
     program_stats stats;
     int blas_used; /* CLBlast was called for this context (atomic; see clnsa_context_destroy) */
+    clnsa_matrix_path matrix_path; /* resolved: never AUTO when the environment said otherwise */
 };
 
 /* ----------------------------------------------------------------- device */
 
-/* The NVIDIA tensor-core products of the attention tiles (cl/mma_nv.h):
- * CLNSA_MMA=1, an NVIDIA device of compute capability 8.0 or later, f16 or
- * bf16 storage, and tiles of WG % 32, GT % 16, TK % 8, DK % 16 == 0.
- * Opt-in: it computes only QK^T on the tensor cores, which the H200 measured
- * slower than the FMA path (the per-row softmax and P.V dominate; see
- * bench/RESULTS.md), so it stays off until the whole tile runs there. */
-bool device_mma_nv(const clnsa_device_info *info, clnsa_dtype dtype, size_t wg, int gt, int tk, int dk);
+/* How a call's warp kernels (cl/warp_mma.h) run: not at all (the portable
+ * kernels), on NVIDIA's tensor cores, or emulated. */
+typedef enum { WARP_OFF, WARP_NV, WARP_EMULATED } warp_mode;
+
+/* The context's matrix path (clnsa_context_options.matrix_path, else
+ * $CLNSA_MMA) applied to the device and a storage dtype; the op still checks
+ * its shapes and alignment (the warp kernels take f16 / bf16 only). */
+warp_mode device_warp_mode(const clnsa_context *ctx, clnsa_dtype dtype);
 
 /* ---------------------------------------------------------------- tensors */
 

@@ -1,8 +1,15 @@
 /* nsa_bwd_run.c: see nsa_bwd_run.h. */
 #include "nsa_bwd_run.h"
 
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include <cmocka.h>
+#include <math.h>
 
 static cl_mem make(const test_env *env, size_t bytes)
 {
@@ -166,4 +173,42 @@ void bwd_free(bwd_bufs *b)
     if (b->ws) clReleaseMemObject(b->ws);
     dfree(&b->dO);
     memset(b, 0, sizeof *b);
+}
+
+void bwd_run_device(const test_env *env, bwd_bufs *b, const nsa_run *r)
+{
+    bool got_event = false;
+    const clnsa_status st = bwd_enqueue_wait(env, env->queue, b, r, &got_event);
+    if (st) print_error("%s: %s\n", r->c->name, clnsa_last_error(env->ctx));
+    assert_int_equal(st, CLNSA_SUCCESS);
+    assert_true(got_event);
+    bwd_read(env, env->queue, b, r);
+}
+
+void bwd_compare(const bwd_bufs *b, const nsa_case *c)
+{
+    const bool f32 = c->dt == CLNSA_DTYPE_F32;
+    const double tol_dt = f32 ? 5e-5 : 2e-2;
+    /* With 16-bit storage the tensor-core path rounds P to the storage type
+     * for P.V (as FlashAttention does), so the prologue's D = do . o is
+     * within that rounding of sum(p dp), and a gradient that is exactly zero
+     * (sum of ds) is only zero to that precision of the gradients' scale. */
+    double gmax = 0;
+    for (int i = 0; i < G_COUNT; ++i)
+        for (size_t j = 0; b->g[i].m && j < b->g[i].n; ++j) gmax = fmax(gmax, fabs(b->g[i].ref[j]));
+    const double tol_zero = f32 ? 1e-4 : fmax(1e-4, 2e-2 * gmax);
+    for (int i = 0; i < G_COUNT; ++i) {
+        const grad_buf *g = &b->g[i];
+        if (!g->m) continue;
+        double ref2 = 0, amax = 0;
+        for (size_t j = 0; j < g->n; ++j) {
+            ref2 += g->ref[j] * g->ref[j];
+            amax = fmax(amax, fabs(g->dev[j]));
+        }
+        const bool zero = ref2 < 1e-20 * (double)g->n;
+        double e = zero ? (isfinite(amax) ? amax : INFINITY) : rel_l2(g->dev, g->ref, g->n);
+        const double tol = zero ? tol_zero : tol_dt;
+        if (!(e < tol)) print_error("%s: %s %s %.3g\n", c->name, g->name, zero ? "max |x| (exact 0)" : "rel L2", e);
+        assert_true(e < tol);
+    }
 }

@@ -43,5 +43,14 @@ void bwd_read(const test_env *env, cl_command_queue queue, bwd_bufs *b, const ns
 /* The reference gradients, carried back through the case's compression. */
 void bwd_reference(bwd_bufs *b, const nsa_run *r);
 void bwd_free(bwd_bufs *b);
+/* The backward on env's queue, asserting success and an event, and its
+ * gradients read back. */
+void bwd_run_device(const test_env *env, bwd_bufs *b, const nsa_run *r);
+/* Asserts each gradient against the reference's: relative L2 within 5e-5
+ * (f32) or 2e-2 (f16 / bf16); one that is zero in exact arithmetic (the
+ * bias of the compressed keys, under the softmax's shift invariance) by
+ * its largest absolute value instead: 1e-4 (f32), or 2e-2 of the largest
+ * reference gradient value (f16 / bf16). */
+void bwd_compare(const bwd_bufs *b, const nsa_case *c);
 
 #endif

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include <cmocka.h>
+#include <math.h>
 
 dbuf dev_rand(const test_env *env, size_t n, double lo, double hi, clnsa_dtype dt, uint64_t *seed)
 {
@@ -250,6 +251,91 @@ void nsa_run_free(nsa_run *r)
     dbuf *all[] = {&r->q, &r->k, &r->v, &r->gc, &r->gs, &r->gw, &r->kc, &r->vc,
                    &r->wk, &r->wv, &r->bk, &r->bv, &r->pk, &r->pv};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; ++i) dfree(all[i]);
+}
+
+bool nsa_case_selected(const char *name)
+{
+    const char *only = getenv("CLNSA_TEST_CASE");
+    if (!only || !*only) return true;
+    const size_t n = strlen(name);
+    for (const char *p = only; (p = strstr(p, name)) != NULL; p += n)
+        if ((p == only || p[-1] == '|') && (p[n] == '\0' || p[n] == '|')) return true;
+    return false;
+}
+
+static int cmp_desc(const void *a, const void *b)
+{
+    const double x = *(const double *)a, y = *(const double *)b;
+    return (x < y) - (x > y);
+}
+
+/* One row's selection against the reference importances imp[0 .. nc-1]. */
+static size_t check_selection(const int *row, int S, int nsel, const double *imp, int nc, double rtol)
+{
+    double *sorted = malloc((size_t)nc * sizeof *sorted);
+    memcpy(sorted, imp, (size_t)nc * sizeof *sorted);
+    qsort(sorted, (size_t)nc, sizeof *sorted, cmp_desc);
+    const double last = nsel > 0 ? sorted[nsel - 1] : INFINITY;
+    const double floor_ = isinf(last) ? last : last - rtol * fmax(1.0, fabs(last));
+    free(sorted);
+    size_t bad = 0;
+    int count = 0;
+    for (int s = 0; s < S; ++s) {
+        const int j = row[s];
+        if (j < 0) continue;
+        ++count;
+        bool dup = false;
+        for (int u = 0; u < s; ++u) dup = dup || row[u] == j;
+        bad += dup || j >= nc || !(imp[j] >= floor_);
+    }
+    return bad + (count != nsel);
+}
+
+static void check_topk(const nsa_run *r)
+{
+    const nsa_case *c = r->c;
+    const double rtol = c->dt == CLNSA_DTYPE_F32 ? 1e-5 : 2e-3;
+    double *imp = malloc(((size_t)c->T + 1) * sizeof *imp);
+    size_t bad_rows = 0;
+    for (int s = 0; s < ref_num_seqs(&r->sh); ++s) {
+        const ref_seq sq = ref_get_seq(&r->sh, s);
+        for (int t = 0; t < sq.len; ++t)
+            for (int h = 0; h < c->H; ++h) {
+                const size_t row = ((size_t)sq.b * c->T + sq.start + t) * c->H + h;
+                const int nc = ref_block_importance(&r->sh, r->q.h, r->rkc, s, t, h, imp);
+                int nsel = c->S;
+                if (r->counts) nsel = r->counts[row] < 0 ? 0 : r->counts[row] > c->S ? c->S : r->counts[row];
+                if (nsel > nc) nsel = nc;
+                bad_rows += check_selection(r->bi + row * c->S, c->S, nsel, imp, nc, rtol) != 0;
+            }
+    }
+    free(imp);
+    if (bad_rows) print_error("%s: top-k: %zu rows differ from the reference beyond near-ties\n", c->name, bad_rows);
+    assert_int_equal(bad_rows, 0);
+}
+
+void nsa_check_forward(const nsa_run *r)
+{
+    const nsa_case *c = r->c;
+    const double tol = nsa_tol(c->dt);
+    if (r->topk_ran) check_topk(r);
+    ref_nsa_inputs rin = nsa_run_ref_inputs(r);
+    double *ro = calloc(r->nq * c->DV, sizeof *ro), *rl[3];
+    for (int i = 0; i < 3; ++i) rl[i] = calloc(r->nq, sizeof(double));
+    ref_nsa_outputs rout = {ro, NULL, NULL, NULL, rl[0], rl[1], rl[2], NULL};
+    ref_nsa_fwd(&r->sh, &rin, &rout);
+    double e = rel_l2(r->o, ro, r->nq * c->DV);
+    if (!(e < tol)) print_error("%s: o rel L2 %.3g\n", c->name, e);
+    assert_true(e < tol);
+    const bool on[3] = {c->cmp, c->slc, c->swa};
+    for (int i = 0; i < 3; ++i) {
+        if (!on[i]) continue;
+        double el = rel_l2_lse(r->lse[i], rl[i], r->nq);
+        if (!(el < tol)) print_error("%s: lse[%d] rel L2 %.3g\n", c->name, i, el);
+        assert_true(el < tol);
+    }
+    free(ro);
+    for (int i = 0; i < 3; ++i) free(rl[i]);
 }
 
 /* The shapes both the forward and the backward tests run: G in {1, 2, 3, 4,

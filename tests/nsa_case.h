@@ -56,6 +56,17 @@ ref_nsa_inputs nsa_run_ref_inputs(const nsa_run *r);
 void nsa_run_free(nsa_run *r);
 double nsa_tol(clnsa_dtype dt);
 
+/* CLNSA_TEST_CASE=name runs only the case of that name, or of the names
+ * separated by '|' (debugging). */
+bool nsa_case_selected(const char *name);
+/* Asserts the forward's results against the double-precision reference: o
+ * and each branch's lse within nsa_tol, and, when the top-k ran, its
+ * selection: per row the reference's number of blocks, none repeated, each
+ * one's reference importance at least the reference's last selected block's
+ * (up to a relative 1e-5, 2e-3 for f16 / bf16 storage, so that a near-tie
+ * may go either way). */
+void nsa_check_forward(const nsa_run *r);
+
 /* The shared case list (see nsa_case.c), and one of it by name or NULL. */
 extern const nsa_case nsa_cases[];
 extern const size_t nsa_case_count;

@@ -36,17 +36,6 @@ TEST_ENV_GROUP
 
 typedef void (*modifier)(nsa_run *r);
 
-/* CLNSA_TEST_CASE: a case name, or names separated by '|' (debugging). */
-static bool selected(const char *name)
-{
-    const char *only = getenv("CLNSA_TEST_CASE");
-    if (!only || !*only) return true;
-    const size_t n = strlen(name);
-    for (const char *p = only; (p = strstr(p, name)) != NULL; p += n)
-        if ((p == only || p[-1] == '|') && (p[n] == '\0' || p[n] == '|')) return true;
-    return false;
-}
-
 static bool finite_all(const double *x, size_t n)
 {
     for (size_t i = 0; i < n; ++i)
@@ -81,7 +70,7 @@ static void rewrite_indices(nsa_run *r)
 static void run_robust(const nsa_case *c, uint64_t seed, modifier mod, double scale_mult, double tol, double gtol,
                        nsa_run *keep)
 {
-    if (!selected(c->name)) {
+    if (!nsa_case_selected(c->name)) {
         if (keep) skip();
         return;
     }

@@ -23,9 +23,9 @@ static test_env env;
 static char tmpdir[64];
 
 /* The shape class of the PoCL entries in tuning/pocl.json. */
-static const tune_problem tiny = {32, 32, 4, 16, CLNSA_DTYPE_F32, 4, 16, 16, false};
+static const tune_problem tiny = {32, 32, 4, 16, CLNSA_DTYPE_F32, 4, 16, 16, false, false};
 /* A shape class no built-in entry names. */
-static const tune_problem other = {24, 16, 3, 8, CLNSA_DTYPE_F16, 3, 8, 8, false};
+static const tune_problem other = {24, 16, 3, 8, CLNSA_DTYPE_F16, 3, 8, 8, false, false};
 
 static const char *write_file(const char *name, const char *text)
 {
@@ -383,7 +383,7 @@ static void test_blocksparse_families(void **state)
 {
     (void)state;
     const clnsa_device_info *info = clnsa_context_device_info(env.ctx);
-    const tune_problem bs = {32, 32, 4, 0, CLNSA_DTYPE_F32, 0, 0, 0, false};
+    const tune_problem bs = {32, 32, 4, 0, CLNSA_DTYPE_F32, 0, 0, 0, false, false};
     char text[1024];
     snprintf(text, sizeof text,
              "{\"clnsa_tuning\": 1, \"entries\": [\n"

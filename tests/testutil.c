@@ -68,6 +68,22 @@ void test_env_open(test_env *env)
     }
 }
 
+const char *test_env_use_warp_path(test_env *env)
+{
+    const clnsa_device_info *info = clnsa_context_device_info(env->ctx);
+    if (info->vendor == CLNSA_VENDOR_NVIDIA && info->nv_compute_major >= 8) return "NVIDIA tensor cores";
+    clnsa_context_destroy(env->ctx);
+    clnsa_context_options o = {0};
+    o.matrix_path = CLNSA_MATRIX_EMULATED;
+    char msg[512];
+    clnsa_status st = clnsa_context_create(env->cl, env->device, &o, &env->ctx, msg, sizeof msg);
+    if (st != CLNSA_SUCCESS) {
+        fprintf(stderr, "clnsa_context_create: %s: %s\n", clnsa_status_string(st), msg);
+        exit(1);
+    }
+    return "emulated";
+}
+
 void test_env_close(test_env *env)
 {
     clnsa_context_destroy(env->ctx);

@@ -22,6 +22,10 @@ typedef struct {
  * CLNSA_REQUIRE_DEVICE=1 so that a broken OpenCL install cannot pass. */
 void test_env_open(test_env *env);
 void test_env_close(test_env *env);
+/* Re-creates env's clnsa context so that the tensor-core path's warp
+ * kernels run: on NVIDIA's tensor cores where the device has them (compute
+ * capability 8.0+), else emulated (CLNSA_MATRIX_EMULATED). Returns which. */
+const char *test_env_use_warp_path(test_env *env);
 
 /* A test executable whose tests share one device: defines `env` and the
  * CMocka group setup/teardown that open and close it (pass `setup` and

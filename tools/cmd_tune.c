@@ -580,7 +580,7 @@ static int tune_family_run(const cli_env *env, const tune_opts *o, int family, d
     memset(fr, 0, sizeof *fr);
     fr->family = family;
     fr->best = -1;
-    tune_problem pb = {o->D, o->DV, o->G, o->block, cli_dtype_from_choice(o->dtype), o->S, o->block, o->block, false};
+    tune_problem pb = {o->D, o->DV, o->G, o->block, cli_dtype_from_choice(o->dtype), o->S, o->block, o->block, false, false};
     if (bs) pb.block = pb.S = pb.cmp_block = pb.cmp_stride = 0; /* the class of the block-sparse kernels */
     fr->pb = pb;
     int safe[TUNE_MAX_PARAMS] = {0};

@@ -43,6 +43,12 @@ clnsa_status clnsa_context_create(cl_context cl_ctx, cl_device_id device,
     for (cl_uint i = 0; i < ndev; ++i) found = found || devs[i] == device;
     if (!found) return create_fail(msg, msg_size, CLNSA_ERROR_INVALID_ARGUMENT, "device: expected a device of cl_ctx, got another one");
 
+    if (options && (options->matrix_path < CLNSA_MATRIX_AUTO || options->matrix_path > CLNSA_MATRIX_EMULATED)) {
+        char text[160];
+        snprintf(text, sizeof text, "options.matrix_path: expected CLNSA_MATRIX_AUTO, _PORTABLE or _EMULATED (0..2), got %d",
+                 (int)options->matrix_path);
+        return create_fail(msg, msg_size, CLNSA_ERROR_INVALID_ARGUMENT, text);
+    }
     clnsa_context *ctx = calloc(1, sizeof *ctx);
     if (!ctx) return create_fail(msg, msg_size, CLNSA_ERROR_OUT_OF_HOST_MEMORY, "out of host memory");
     clnsa_status st = clnsa_probe_device(device, &ctx->info);
@@ -69,6 +75,11 @@ clnsa_status clnsa_context_create(cl_context cl_ctx, cl_device_id device,
     ctx->kernel_dir = dup_or_null(dir);
     ctx->extra_options = dup_or_null(options ? options->extra_build_options : NULL);
     ctx->cache_dir = program_cache_dir(options ? options->cache_dir : NULL);
+    ctx->matrix_path = options ? options->matrix_path : CLNSA_MATRIX_AUTO;
+    const char *mma = getenv("CLNSA_MMA");
+    if (ctx->matrix_path == CLNSA_MATRIX_AUTO && mma)
+        ctx->matrix_path = strcmp(mma, "0") == 0 ? CLNSA_MATRIX_PORTABLE
+                           : strcmp(mma, "emulate") == 0 ? CLNSA_MATRIX_EMULATED : CLNSA_MATRIX_AUTO;
     pthread_mutex_init(&ctx->lock, NULL);
     pthread_cond_init(&ctx->built, NULL);
     clRetainContext(cl_ctx);

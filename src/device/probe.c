@@ -148,11 +148,13 @@ const clnsa_device_info *clnsa_context_device_info(const clnsa_context *ctx)
     return ctx ? &ctx->info : NULL;
 }
 
-bool device_mma_nv(const clnsa_device_info *info, clnsa_dtype dtype, size_t wg, int gt, int tk, int dk)
+warp_mode device_warp_mode(const clnsa_context *ctx, clnsa_dtype dtype)
 {
-    const char *env = getenv("CLNSA_MMA");
-    if (!env || strcmp(env, "1") != 0) return false; /* opt-in: see internal.h */
-    return info->vendor == CLNSA_VENDOR_NVIDIA && info->nv_compute_major >= 8 &&
-           (dtype == CLNSA_DTYPE_F16 || dtype == CLNSA_DTYPE_BF16) && wg % 32 == 0 && gt % 16 == 0 && tk % 8 == 0 &&
-           dk % 16 == 0;
+    if (dtype != CLNSA_DTYPE_F16 && dtype != CLNSA_DTYPE_BF16) return WARP_OFF;
+    switch (ctx->matrix_path) {
+    case CLNSA_MATRIX_PORTABLE: return WARP_OFF;
+    case CLNSA_MATRIX_EMULATED: return WARP_EMULATED;
+    default:
+        return ctx->info.vendor == CLNSA_VENDOR_NVIDIA && ctx->info.nv_compute_major >= 8 ? WARP_NV : WARP_OFF;
+    }
 }

@@ -225,7 +225,7 @@ void bs_rule_defines(const bs_problem *pb, char *buf, size_t size)
 
 tune_problem bs_tune_problem(const bs_problem *pb)
 {
-    tune_problem t = {pb->D, pb->DV, pb->G, 0, pb->dtype, 0, 0, 0, pb->cfg.softcap > 0.0f};
+    tune_problem t = {pb->D, pb->DV, pb->G, 0, pb->dtype, 0, 0, 0, pb->cfg.softcap > 0.0f, false};
     return t;
 }
 

@@ -7,7 +7,7 @@
 #include <stdio.h>
 #include <string.h>
 
-static const char *const fwd_files[] = {"common.h", "mma_nv.h", "attn_tile.h", "blocksparse.h", "blocksparse_fwd.cl", NULL};
+static const char *const fwd_files[] = {"common.h", "attn_tile.h", "blocksparse.h", "blocksparse_fwd.cl", NULL};
 
 typedef struct {
     bs_problem pb;
@@ -52,9 +52,8 @@ static clnsa_status prepare_attn(clnsa_context *ctx, const fwd_setup *s, const c
     size_t n = strlen(defines);
     bs_rule_defines(pb, defines + n, sizeof defines - n);
     n = strlen(defines);
-    snprintf(defines + n, sizeof defines - n, "#define WG %zu\n#define GT %d\n#define TK %d\n#define DK %d\n#define DV %d\n#define ACC_N %d\n%s",
-             wg, lay->BQ, lay->BK, pb->D, pb->DV, acc_n,
-             device_mma_nv(&ctx->info, pb->dtype, wg, lay->BQ, lay->BK, pb->D) ? "#define MMA_NV 1\n" : "");
+    snprintf(defines + n, sizeof defines - n, "#define WG %zu\n#define GT %d\n#define TK %d\n#define DK %d\n#define DV %d\n#define ACC_N %d\n",
+             wg, lay->BQ, lay->BK, pb->D, pb->DV, acc_n);
     kargs a;
     clnsa_status st = bs_plan_kernel(ctx, plan, fwd_files, defines, "bs_fwd", pb->idx_long, &a);
     if (st != CLNSA_SUCCESS) return st;

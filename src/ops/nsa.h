@@ -17,6 +17,7 @@ typedef struct {
     bool cmp_given, linear, run_topk, need_cmp; /* need_cmp: compressed K/V are read */
     bool idx_long;
     int nc_rows; /* rows of the compressed tensors per batch row */
+    warp_mode warp; /* the tensor-core path's warp kernels, or WARP_OFF (nsa_validate) */
 } nsa_problem;
 
 /* Where the forward's scratch lives inside the caller's workspace (bytes). */
@@ -30,7 +31,8 @@ typedef struct {
 /* The tuning key of a call (src/tuning): its shape class and top-k's sizes. */
 static inline tune_problem nsa_tune_problem(const nsa_problem *pb)
 {
-    tune_problem t = {pb->DK, pb->DV, pb->G, pb->cfg.block_size, pb->dtype, pb->S, pb->cfg.cmp_block, pb->cfg.cmp_stride, false};
+    tune_problem t = {pb->DK, pb->DV, pb->G, pb->cfg.block_size, pb->dtype, pb->S, pb->cfg.cmp_block, pb->cfg.cmp_stride,
+                      false, pb->warp == WARP_EMULATED};
     return t;
 }
 

@@ -181,6 +181,30 @@ static bool needs_long_index(const clnsa_tensor *const *ts, size_t n)
     return false;
 }
 
+/* The warp kernels read whole 8- and 16-byte pieces of rows: unit dim
+ * stride, and the other strides and the offset multiples of 8 elements. */
+static bool rows_aligned(const clnsa_tensor *t)
+{
+    if (!tensor_present(t)) return true;
+    if (t->strides[t->rank - 1] != 1 || t->offset % 8) return false;
+    for (int i = 0; i + 1 < t->rank; ++i)
+        if (t->strides[i] % 8) return false;
+    return true;
+}
+
+/* The warp path of a validated call: the device's mode for the dtype, head
+ * dims multiples of 16 up to 128, and aligned rows. */
+static warp_mode choose_warp(const clnsa_context *ctx, const nsa_problem *pb, const clnsa_nsa_inputs *in,
+                             const clnsa_nsa_outputs *out)
+{
+    const warp_mode w = device_warp_mode(ctx, pb->dtype);
+    if (w == WARP_OFF || pb->DK % 16 || pb->DV % 16 || pb->DK > 128 || pb->DV > 128) return WARP_OFF;
+    const clnsa_tensor *rows[] = {&in->q, &in->k, &in->v, &in->k_cmp, &in->v_cmp, &out->o};
+    for (size_t i = 0; i < sizeof rows / sizeof rows[0]; ++i)
+        if (!rows_aligned(rows[i])) return WARP_OFF;
+    return w;
+}
+
 clnsa_status nsa_validate(clnsa_context *ctx, const clnsa_nsa_config *cfg, const clnsa_nsa_inputs *in,
                           const clnsa_nsa_outputs *out, bool saved, nsa_problem *pb)
 {
@@ -205,6 +229,7 @@ clnsa_status nsa_validate(clnsa_context *ctx, const clnsa_nsa_config *cfg, const
                                  &out->lse_slc, &out->lse_swa, &out->block_indices};
     pb->idx_long = needs_long_index(all, sizeof all / sizeof all[0]) ||
                    (uint64_t)pb->nc_rows * pb->B * pb->H * (pb->DK > pb->DV ? pb->DK : pb->DV) * pb->cfg.cmp_block > 0x7fffffffull;
+    pb->warp = choose_warp(ctx, pb, in, out);
     return CLNSA_SUCCESS;
 }
 

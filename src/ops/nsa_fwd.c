@@ -9,7 +9,9 @@
 #include <string.h>
 
 static const char *const topk_files[] = {"common.h", "nsa_ranges.h", "nsa_topk.cl", NULL};
-const char *const nsa_fwd_files[] = {"common.h", "mma_nv.h", "attn_tile.h", "nsa_ranges.h", "nsa_fwd.cl", NULL};
+static const char *const topk_warp_files[] = {"common.h", "warp_mma.h", "warp_attn.h", "nsa_ranges.h", "nsa_topk_warp.cl", NULL};
+const char *const nsa_fwd_files[] = {"common.h", "attn_tile.h", "nsa_ranges.h", "nsa_fwd.cl", NULL};
+static const char *const fwd_warp_files[] = {"common.h", "warp_mma.h", "warp_attn.h", "nsa_ranges.h", "nsa_fwd_warp.cl", NULL};
 
 static size_t append(char *buf, size_t size, size_t n, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
 static size_t append(char *buf, size_t size, size_t n, const char *fmt, ...)
@@ -34,25 +36,46 @@ void nsa_branch_defines(const nsa_problem *pb, const clnsa_nsa_inputs *in, char 
            c->local_blocks);
 }
 
+/* The warp kernels' defines: warps per group, head tiles, key chunk and
+ * how their matrix operations run. */
+static void warp_defines(const nsa_problem *pb, const warp_params *wp, char *buf, size_t size)
+{
+    append(buf, size, strlen(buf), "#define NW %zu\n#define NGT %d\n#define KC %d\n#define MMA_NV %d\n", wp->wg / 32,
+           (pb->G + 15) / 16, wp->kc, pb->warp == WARP_NV ? 1 : 0);
+}
+
 static clnsa_status plan_topk(clnsa_context *ctx, op_plan *p, const nsa_problem *pb, const clnsa_nsa_inputs *in,
                               const clnsa_nsa_outputs *out, const clnsa_tensor *kc, cl_mem ws, const nsa_workspace *lay)
 {
-    topk_params tp;
-    const clnsa_nsa_config *c = &pb->cfg;
     const tune_problem tpb = nsa_tune_problem(pb);
-    if (tune_nsa_topk(ctx, &tpb, &tp) != CLNSA_SUCCESS)
-        return cx_fail(ctx, CLNSA_ERROR_UNSUPPORTED_DEVICE, "device: top-k needs more local memory than the %llu bytes it has",
-                       (unsigned long long)ctx->info.local_mem_size);
     char defines[2048];
     nsa_branch_defines(pb, in, defines, sizeof defines);
-    append(defines, sizeof defines, strlen(defines), "#define WG %zu\n#define GT %d\n#define TK %d\n#define JB %d\n#define PC_MAX %lld\n",
-           tp.wg, tp.gt, tp.tk, tp.jb, (long long)tp.pc_max);
+    size_t wg;
+    clnsa_status st;
+    if (pb->warp != WARP_OFF) {
+        warp_params wp;
+        st = tune_nsa_warp(ctx, TF_NSA_TOPK_WARP, &tpb, &wp);
+        warp_defines(pb, &wp, defines, sizeof defines);
+        append(defines, sizeof defines, strlen(defines), "#define JB %d\n#define PC_MAX %lld\n", wp.jb, (long long)wp.pc_max);
+        wg = wp.wg;
+    } else {
+        topk_params tp;
+        st = tune_nsa_topk(ctx, &tpb, &tp);
+        append(defines, sizeof defines, strlen(defines), "#define WG %zu\n#define GT %d\n#define TK %d\n#define JB %d\n#define PC_MAX %lld\n",
+               tp.wg, tp.gt, tp.tk, tp.jb, (long long)tp.pc_max);
+        wg = tp.wg;
+    }
+    if (st != CLNSA_SUCCESS)
+        return cx_fail(ctx, CLNSA_ERROR_UNSUPPORTED_DEVICE, "device: top-k needs more local memory than the %llu bytes it has",
+                       (unsigned long long)ctx->info.local_mem_size);
     cl_program prog;
     kargs a;
-    clnsa_status st = program_get(ctx, topk_files, defines, &prog);
+    /* a work-group per token on the portable path, a warp per token on the warp path */
+    const size_t per_token = pb->warp != WARP_OFF ? 32 : wg;
+    st = program_get(ctx, pb->warp != WARP_OFF ? topk_warp_files : topk_files, defines, &prog);
     if (st == CLNSA_SUCCESS)
-        st = plan_add_kernel(ctx, p, prog, "nsa_topk", (size_t[3]){tp.wg * (size_t)pb->T, (size_t)pb->H, (size_t)pb->B},
-                             tp.wg, &a, pb->idx_long);
+        st = plan_add_kernel(ctx, p, prog, "nsa_topk", (size_t[3]){per_token * (size_t)pb->T, (size_t)pb->H, (size_t)pb->B},
+                             wg, &a, pb->idx_long);
     if (st != CLNSA_SUCCESS) return st;
     ka_tensor(&a, &in->q);
     ka_tensor(&a, kc);
@@ -61,7 +84,7 @@ static clnsa_status plan_topk(clnsa_context *ctx, op_plan *p, const nsa_problem 
     ka_tensor(&a, &in->block_counts);
     ka_tensor(&a, &out->block_indices);
     ka_int(&a, pb->T);
-    ka_float(&a, c->scale);
+    ka_float(&a, pb->cfg.scale);
     return plan_args_done(ctx, &a, "nsa_topk arguments");
 }
 
@@ -70,21 +93,36 @@ clnsa_status nsa_plan_query_kernel(clnsa_context *ctx, op_plan *p, const nsa_pro
                                    const clnsa_tensor *kc, const clnsa_tensor *vc, const clnsa_tensor *bidx, cl_mem ws,
                                    const nsa_workspace *lay, kargs *a)
 {
-    attn_params ap;
     const tune_problem tpb = nsa_tune_problem(pb);
-    if (tune_nsa_attn(ctx, &tpb, kind, &ap) != CLNSA_SUCCESS)
-        return cx_fail(ctx, CLNSA_ERROR_UNSUPPORTED_DEVICE, "device: %s needs more local memory than the %llu bytes it has", name,
-                       (unsigned long long)ctx->info.local_mem_size);
-    const int ngt = (pb->G + ap.gt - 1) / ap.gt, acc_n = (int)((ap.gt * acc_dim + ap.wg - 1) / ap.wg);
+    const bool warp = pb->warp != WARP_OFF && kind != ATTN_DQ;
     char defines[2048];
     nsa_branch_defines(pb, in, defines, sizeof defines);
-    append(defines, sizeof defines, strlen(defines), "#define WG %zu\n#define GT %d\n#define NGT %d\n#define TK %d\n#define ACC_N %d\n#define DQ_N %d\n%s%s",
-           ap.wg, ap.gt, ngt, ap.tk, acc_n, acc_n, kind == ATTN_BWD_PRE ? "#define BWD_PRE 1\n" : "#define BWD_PRE 0\n",
-           kind != ATTN_DQ && device_mma_nv(&ctx->info, pb->dtype, ap.wg, ap.gt, ap.tk, pb->DK) ? "#define MMA_NV 1\n" : "");
+    size_t g[3] = {0, (size_t)pb->H, (size_t)pb->B}, wg;
+    clnsa_status st;
+    if (warp) { /* one warp per token and head tile */
+        warp_params wp;
+        st = tune_nsa_warp(ctx, TF_NSA_FWD_WARP, &tpb, &wp);
+        warp_defines(pb, &wp, defines, sizeof defines);
+        append(defines, sizeof defines, strlen(defines), "#define BWD_PRE %d\n", kind == ATTN_BWD_PRE);
+        files = fwd_warp_files;
+        wg = wp.wg;
+        g[0] = 32 * (size_t)pb->T * (size_t)((pb->G + 15) / 16);
+    } else {
+        attn_params ap;
+        st = tune_nsa_attn(ctx, &tpb, kind, &ap);
+        const int ngt = (pb->G + ap.gt - 1) / ap.gt, acc_n = (int)((ap.gt * acc_dim + ap.wg - 1) / ap.wg);
+        append(defines, sizeof defines, strlen(defines),
+               "#define WG %zu\n#define GT %d\n#define NGT %d\n#define TK %d\n#define ACC_N %d\n#define DQ_N %d\n#define BWD_PRE %d\n",
+               ap.wg, ap.gt, ngt, ap.tk, acc_n, acc_n, kind == ATTN_BWD_PRE);
+        wg = ap.wg;
+        g[0] = ap.wg * (size_t)pb->T * (size_t)ngt;
+    }
+    if (st != CLNSA_SUCCESS)
+        return cx_fail(ctx, CLNSA_ERROR_UNSUPPORTED_DEVICE, "device: %s needs more local memory than the %llu bytes it has", name,
+                       (unsigned long long)ctx->info.local_mem_size);
     cl_program prog;
-    clnsa_status st = program_get(ctx, files, defines, &prog);
-    const size_t g[3] = {ap.wg * (size_t)pb->T * (size_t)ngt, (size_t)pb->H, (size_t)pb->B};
-    if (st == CLNSA_SUCCESS) st = plan_add_kernel(ctx, p, prog, name, g, ap.wg, a, pb->idx_long);
+    st = program_get(ctx, files, defines, &prog);
+    if (st == CLNSA_SUCCESS) st = plan_add_kernel(ctx, p, prog, name, g, wg, a, pb->idx_long);
     if (st != CLNSA_SUCCESS) return st;
     const clnsa_tensor none = {0};
     ka_tensor(a, &in->q);

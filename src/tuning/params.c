@@ -67,6 +67,22 @@ static size_t bs_bwd_bytes(const int *v, const tune_problem *pb)
            sizeof(int) * 2u * (bq + bk);
 }
 
+/* Warp kernels: per warp its scratch (WARP_SCRATCH words: 7 * 32 when
+ * emulated, else 1) and, in the forward, its output slice of 16 x DV floats;
+ * in the top-k its list (tv, ti[S]), pc[PC_MAX] and bsc[JB]. */
+static size_t warp_scratch_bytes(const tune_problem *pb) { return sizeof(cl_uint) * (pb->warp_emulated ? 7u * 32u : 1u); }
+
+static size_t fwd_warp_bytes(const int *v, const tune_problem *pb)
+{
+    return (size_t)(v[0] / 32) * (warp_scratch_bytes(pb) + sizeof(float) * 16u * (size_t)pb->dv);
+}
+
+static size_t topk_warp_bytes(const int *v, const tune_problem *pb)
+{
+    return (size_t)(v[0] / 32) *
+           (warp_scratch_bytes(pb) + sizeof(float) * (2u * (size_t)pb->S + (size_t)topk_pc_max(v[2], pb) + (size_t)v[2]));
+}
+
 /* ------------------------------------------------------ safe defaults */
 
 int tune_default_wg(const clnsa_device_info *info)
@@ -149,6 +165,17 @@ static void bs_bwd_start(int *v, const tune_problem *pb, const clnsa_device_info
     bs_start(v, pb, info, TF_BS_BWD, 32, 64);
 }
 
+/* Warp kernels: four warps per work-group on a GPU (emulation: one),
+ * chunks of 64 keys, top-k chunks of 64 blocks. */
+static void warp_start(int *v, const tune_problem *pb, const clnsa_device_info *info)
+{
+    int wg = pb->warp_emulated ? 32 : 128;
+    while ((size_t)wg > info->max_work_group_size && wg > 32) wg /= 2;
+    v[0] = wg;
+    v[1] = 64;
+    v[2] = 64;
+}
+
 /* ------------------------------------------------------------ the table */
 
 #define WG_PARAM {"WG", {32, 64, 128, 256, 512}, 5, false}
@@ -156,6 +183,8 @@ static void bs_bwd_start(int *v, const tune_problem *pb, const clnsa_device_info
 #define TK_PARAM {"TK", {8, 16, 32, 64}, 4, false}
 #define BQ_PARAM {"BQ", {8, 16, 32, 64, 128}, 5, false}
 #define BK_PARAM {"BK", {8, 16, 32, 64, 128}, 5, false}
+#define WARP_WG_PARAM {"WG", {32, 64, 128, 256}, 4, false}
+#define KC_PARAM {"KC", {16, 32, 64}, 3, false}
 /* Registers: each work-item keeps ceil(GT*D / WG) accumulators (x2 in the
  * forward); the tuner does not try more than 64. */
 #define ATTN_FAMILY(name, bytes, acc_dim)                                                          \
@@ -186,6 +215,12 @@ const tune_family tune_families[TF_COUNT] = {
                    {{TC_ACC_LIMIT, 2, 0, 64}, {TC_ACC_LIMIT, 2, 1, 64}, {TC_ACC_LIMIT, 1, 0, 64}}, 1,
                    {{SHRINK_LARGER, 2, 1, 1}}, bs_bwd_bytes, bs_bwd_start,
                    {"CLNSA_TUNE_BS_BWD_BQ", "CLNSA_TUNE_BS_BWD_BK"}},
+    /* Warp kernels: WG is 32 times the warps per work-group; the shrink
+     * halves the chunk of keys, then the warps. */
+    [TF_NSA_FWD_WARP] = {"nsa_fwd_warp", "nsa_fwd", 2, {WARP_WG_PARAM, KC_PARAM}, 0, {{0}}, 1,
+                         {{SHRINK_HALVE, 0, 0, 32}}, fwd_warp_bytes, warp_start},
+    [TF_NSA_TOPK_WARP] = {"nsa_topk_warp", "nsa_topk", 3, {WARP_WG_PARAM, KC_PARAM, {"JB", {16, 32, 64, 128}, 4, false}},
+                          0, {{0}}, 2, {{SHRINK_HALVE, 2, 0, 8}, {SHRINK_HALVE, 0, 0, 32}}, topk_warp_bytes, warp_start},
 };
 
 int tune_family_find(const char *name)
@@ -230,6 +265,17 @@ bool tune_fits(const clnsa_device_info *info, int family, int *v, const tune_pro
     if (mult > 1 && wg > mult && wg % mult) {
         snprintf(why, why_size, "work-group size %zu is not a multiple of the device's preferred %zu", wg, mult);
         return false;
+    }
+    if (family == TF_NSA_FWD_WARP || family == TF_NSA_TOPK_WARP) {
+        if (v[0] % 32 || (pb->warp_emulated && v[0] != 32)) {
+            snprintf(why, why_size, "WG=%d: expected %s", v[0], pb->warp_emulated ? "32 (one warp: emulated matrix operations)"
+                                                                                   : "a multiple of 32 (whole warps)");
+            return false;
+        }
+        if (v[1] % 16) {
+            snprintf(why, why_size, "KC=%d is not a multiple of 16", v[1]);
+            return false;
+        }
     }
     const size_t bytes = f->local_bytes(v, pb), budget = local_budget(info);
     if (bytes > budget) {
@@ -333,4 +379,13 @@ size_t tune_blocksparse_aux_wg(const clnsa_device_info *info)
 {
     size_t wg = info->max_work_group_size < 64 ? info->max_work_group_size : 64;
     return wg ? wg : 1;
+}
+
+clnsa_status tune_nsa_warp(clnsa_context *ctx, int family, const tune_problem *pb, warp_params *p)
+{
+    int v[TUNE_MAX_PARAMS] = {0};
+    clnsa_status st = choose(ctx, family, pb, v, &p->local_bytes);
+    const int jb = family == TF_NSA_TOPK_WARP ? v[2] : 0;
+    *p = (warp_params){(size_t)v[0], v[1], jb, jb ? topk_pc_max(jb, pb) : 0, p->local_bytes};
+    return st;
 }

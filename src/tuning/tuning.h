@@ -31,6 +31,8 @@ typedef enum {
     TF_NSA_DKDV,    /* nsa_bwd_dkdv.cl (WG, TKK, RQ) */
     TF_BS_FWD,      /* blocksparse_fwd.cl (WG, BQ, BK) */
     TF_BS_BWD,      /* blocksparse_bwd.cl: dk/dv, dq (WG, BQ, BK) */
+    TF_NSA_FWD_WARP,  /* nsa_fwd_warp.cl, the forward and prologue on the tensor cores (WG, KC) */
+    TF_NSA_TOPK_WARP, /* nsa_topk_warp.cl (WG, KC, JB) */
     TF_COUNT
 } tune_family_id;
 
@@ -41,6 +43,7 @@ typedef struct {
     clnsa_dtype dtype;
     int S, cmp_block, cmp_stride; /* top-k's PC_MAX */
     bool softcap;                 /* block-sparse backward: the soft cap's extra tile */
+    bool warp_emulated;           /* warp families: emulated matrix operations (one warp per group) */
 } tune_problem;
 
 typedef struct {
@@ -236,6 +239,18 @@ typedef struct {
 
 /* family: TF_BS_FWD or TF_BS_BWD; pb: D, DV, G, dtype (block 0), softcap. */
 clnsa_status tune_blocksparse(clnsa_context *ctx, int family, const tune_problem *pb, bs_tile_params *p);
+/* The warp kernels (warp_attn.h): WG = 32 * warps per work-group, KC keys
+ * per chunk, and for the top-k JB selection blocks per chunk and PC_MAX. */
+typedef struct {
+    size_t wg;
+    int kc, jb;
+    int64_t pc_max;
+    size_t local_bytes;
+} warp_params;
+
+/* family: TF_NSA_FWD_WARP or TF_NSA_TOPK_WARP. */
+clnsa_status tune_nsa_warp(clnsa_context *ctx, int family, const tune_problem *pb, warp_params *p);
+
 /* Work-items of the small layout / mask kernels. */
 size_t tune_blocksparse_aux_wg(const clnsa_device_info *info);
 

@@ -1,0 +1,164 @@
+/*
+ * nsa_fwd_warp.cl: the tensor-core path of the NSA forward (and, with
+ * BWD_PRE, of the backward prologue): the same kernel name, arguments and
+ * results as nsa_fwd.cl, computed by warps (warp_attn.h). One warp owns a
+ * token and a tile of 16 query heads of one KV group (heads past G are zero
+ * rows), keeps the queries in registers for the three branches, and sums
+ * the gated branch outputs in its slice of local memory.
+ *
+ * Defines (besides common.h, warp_mma.h, warp_attn.h, nsa_ranges.h): G,
+ * NGT = ceil(G/16) head tiles, NW warps per work-group, HAS_CMP, HAS_SLC,
+ * HAS_SWA, HAS_COUNTS, BS, S, CMP_L, CMP_D, WINDOW, BWD_PRE.
+ * NDRange: (32 * NW * ceil(T*NGT / NW), H, B); warp w of group x owns token
+ * (x*NW + w) / NGT and head tile (x*NW + w) % NGT.
+ */
+
+/* Reads the lane's DV/4 values of row `row` (dims from 2t*DV/8). */
+inline void load_row_part(__global const store_t *p, idx_t row, idx_t ds, bool valid, float *x)
+{
+    const int d0 = 2 * (lane_id() & 3) * (DV / 8);
+#pragma unroll
+    for (int e = 0; e < DV / 4; ++e) x[e] = valid ? LOAD(p, row + (idx_t)(d0 + e) * ds) : 0.0f;
+}
+
+/* One branch's rows are final: adds gate * o_b to the warp's output slice
+ * (forward) or writes dg_b = do . o_b and D_b = g_b dg_b (prologue), and its
+ * lse. Row hr of the lane is head row gq + 8*hr of the tile. */
+inline void warp_branch_done(const float *m, float *l, const float *acc, __local float *outs, int ng,
+                             __global const store_t *gate, idx_t gate_base, idx_t gate_hs,
+                             __global float *lse, idx_t lse_base, idx_t lse_hs,
+                             __global const store_t *dout, idx_t do_base, idx_t do_hs, idx_t do_ds,
+                             __global store_t *dg, idx_t dg_base, idx_t dg_hs, __local uint *ws)
+{
+    const int lane = lane_id(), gq = lane >> 2, t = lane & 3;
+    float lse_r[2], f[2];
+    warp_finish(m, l, lse_r, ws);
+#pragma unroll
+    for (int hr = 0; hr < 2; ++hr) {
+        const int r = gq + 8 * hr;
+        const float g = r < ng ? LOAD(gate, gate_base + r * gate_hs) : 0.0f;
+        f[hr] = l[hr] > 0.0f ? 1.0f / l[hr] : 0.0f;
+#if BWD_PRE
+        float x[DV / 4], dot = 0.0f;
+        load_row_part(dout, do_base + r * do_hs, do_ds, r < ng, x);
+#pragma unroll
+        for (int e = 0; e < DV / 4; ++e) dot = fma(x[e], row_value(acc, DV, hr, e), dot);
+        dot = quad_sum(dot * f[hr], ws);
+        if (t == 0 && r < ng) {
+            if (dg) STORE(dg, dg_base + r * dg_hs, dot);
+            lse[lse_base + r * lse_hs] = g * dot; /* the prologue's D_b */
+        }
+#else
+        f[hr] *= g;
+        if (t == 0 && r < ng && lse) lse[lse_base + r * lse_hs] = lse_r[hr];
+#endif
+    }
+#if BWD_PRE
+    (void)outs;
+#else
+    (void)dout; (void)do_base; (void)do_hs; (void)do_ds; (void)dg; (void)dg_base; (void)dg_hs;
+#pragma unroll
+    for (int i = 0; i < ACC_N; ++i) outs[i * WARP + lane] += f[(i >> 1) & 1] * acc[i];
+#endif
+}
+
+#if BWD_PRE
+#define O_T const store_t
+#define DONE(gate, gate_base, gate_hs, lse, lse_base, lse_hs, dg, dg_base, dg_hs)                                   \
+    warp_branch_done(m, l, acc, outs, ng, gate, gate_base, gate_hs, lse, lse_base, lse_hs, o,                      \
+                     at4(o_off, o_st, b, t, hq0, 0), o_st.z, o_st.w, dg, dg_base, dg_hs, ws)
+#else
+#define O_T store_t
+#define DONE(gate, gate_base, gate_hs, lse, lse_base, lse_hs, dg, dg_base, dg_hs)                                   \
+    warp_branch_done(m, l, acc, outs, ng, gate, gate_base, gate_hs, lse, lse_base, lse_hs, NULL, 0, 0, 0, NULL, 0, \
+                     0, ws)
+#endif
+
+__kernel __attribute__((reqd_work_group_size(NW * WARP, 1, 1))) void nsa_fwd(
+    NSA_QUERY_ARGS,
+    __global O_T *o, idx_t o_off, idx4_t o_st,
+    __global float *lse_cmp, idx_t lc_off, idx4_t lc_st,
+    __global float *lse_slc, idx_t ls_off, idx4_t ls_st,
+    __global float *lse_swa, idx_t lw_off, idx4_t lw_st,
+    int T, float scale
+#if BWD_PRE
+    , __global store_t *dg_cmp, idx_t dc_off, idx4_t dc_st,
+    __global store_t *dg_slc, idx_t ds_off, idx4_t ds_st,
+    __global store_t *dg_swa, idx_t dw_off, idx4_t dw_st
+#endif
+    )
+{
+    __local uint wscr[NW * WARP_SCRATCH];
+    __local float out_all[NW * 16 * DV];
+    const int warp = get_local_id(0) / WARP, lane = lane_id(), gq = lane >> 2;
+    __local uint *ws = wscr + warp * WARP_SCRATCH;
+    __local float *outs = out_all + warp * 16 * DV;
+    const int wid = get_group_id(0) * NW + warp, t = wid / NGT, g0 = (wid % NGT) * 16;
+    if (t >= T) return;
+    cu += cu0;
+    cmp_off += cmp_off0;
+    const int h = get_group_id(1), b = get_group_id(2);
+    const int ng = min(16, G - g0), hq0 = h * G + g0;
+    const seq_info sq = seq_of(cu, nseq, b, t, T);
+    const int tl = t - sq.start;
+    const bool live = sq.len > 0;
+    const float sl2 = scale * LOG2E;
+    (void)kc; (void)vc; (void)nc_rows; (void)cmp_off; (void)bidx; (void)bcnt; (void)tl;
+
+    uint qa[QA_WORDS];
+    load_afrag(q + at4(q_off, q_st, b, t, hq0 + gq, 0), gq < ng, q + at4(q_off, q_st, b, t, hq0 + gq + 8, 0),
+               gq + 8 < ng, DK, qa);
+    float m[2], l[2], acc[ACC_N];
+#pragma unroll
+    for (int i = 0; i < ACC_N; ++i) outs[i * WARP + lane] = 0.0f;
+
+#if HAS_CMP
+    warp_reset(m, l, acc);
+    {
+        const int row0 = cmp_row0(cmp_off, sq), nvis = cmp_visible(tl, live, nc_rows, row0);
+        warp_attend_range(qa, m, l, acc, kc + at4(kc_off, kc_st, b, row0, h, 0), kc_st.y,
+                          vc + at4(vc_off, vc_st, b, row0, h, 0), vc_st.y, nvis, sl2, ws);
+    }
+    DONE(g_cmp, at4(gc_off, gc_st, b, t, hq0, 0), gc_st.z, lse_cmp, at4(lc_off, lc_st, b, t, hq0, 0), lc_st.z,
+         dg_cmp, at4(dc_off, dc_st, b, t, hq0, 0), dc_st.z);
+#endif
+
+#if HAS_SLC
+    warp_reset(m, l, acc);
+    {
+        const int nslots = slc_slots(bcnt, at4(bc_off, bc_st, b, t, h, 0), live);
+        __global const store_t *kb = k + at4(k_off, k_st, b, sq.start, h, 0), *vb = v + at4(v_off, v_st, b, sq.start, h, 0);
+        for (int s = 0; s < nslots; ++s) {
+            const int2 r = slc_slot(bidx, at4(bi_off, bi_st, b, t, h, 0), bi_st.w, s, tl);
+            if (r.y == 0) continue; /* the same for the whole warp */
+            warp_attend_range(qa, m, l, acc, kb + (idx_t)r.x * k_st.y, k_st.y, vb + (idx_t)r.x * v_st.y, v_st.y, r.y,
+                              sl2, ws);
+        }
+    }
+    DONE(g_slc, at4(gs_off, gs_st, b, t, hq0, 0), gs_st.z, lse_slc, at4(ls_off, ls_st, b, t, hq0, 0), ls_st.z,
+         dg_slc, at4(ds_off, ds_st, b, t, hq0, 0), ds_st.z);
+#endif
+
+#if HAS_SWA
+    warp_reset(m, l, acc);
+    {
+        const int key0 = swa_key0(tl);
+        __global const store_t *kb = k + at4(k_off, k_st, b, sq.start + key0, h, 0);
+        __global const store_t *vb = v + at4(v_off, v_st, b, sq.start + key0, h, 0);
+        warp_attend_range(qa, m, l, acc, kb, k_st.y, vb, v_st.y, live ? tl + 1 - key0 : 0, sl2, ws);
+    }
+    DONE(g_swa, at4(gw_off, gw_st, b, t, hq0, 0), gw_st.z, lse_swa, at4(lw_off, lw_st, b, t, hq0, 0), lw_st.z,
+         dg_swa, at4(dw_off, dw_st, b, t, hq0, 0), dw_st.z);
+#endif
+
+#if !BWD_PRE
+    float res[ACC_N];
+#pragma unroll
+    for (int i = 0; i < ACC_N; ++i) res[i] = outs[i * WARP + lane];
+#pragma unroll
+    for (int hr = 0; hr < 2; ++hr) {
+        const int r = gq + 8 * hr;
+        if (r < ng) store_row(o + at4(o_off, o_st, b, t, hq0 + r, 0), DV, res, hr, 1.0f, ws);
+    }
+#endif
+}

@@ -1,0 +1,256 @@
+/*
+ * warp_attn.h: attention of one warp's 16 query rows to a stream of key
+ * chunks, FlashAttention-2 style: the scores S = Q K^T, the probabilities P
+ * and the output accumulator stay in mma fragments (warp_mma.h), the row
+ * statistics are exchanged across the 4 lanes of a row, and P feeds the
+ * P V product straight from the score registers. Keys and values are read
+ * from global memory into registers (no local memory, no barriers), each
+ * lane reading whole 8- or 16-byte pieces of a row.
+ *
+ * The order in which a product's contraction index runs does not change
+ * the product, so each one is permuted to make the reads contiguous:
+ *   Q K^T  over the head dim: k-step kk of lane t covers dims
+ *          kdim(kk, t) .. +3 (two words), so a lane reads 16 contiguous
+ *          bytes of a row for two k-steps (load_kfrag);
+ *   P V    over the keys: lane (gq, t) holds the keys 2t, 2t+1, 2t+8, 2t+9
+ *          of each 16-key step (as the score fragments give them), and
+ *          output column n = gq of n-block nb is dim gq*DV/8 + nb, so a lane
+ *          reads DV/8 contiguous values of each of its 4 key rows
+ *          (load_cols) and holds DV/4 contiguous output values of each of
+ *          its two rows (store_rows).
+ * Row stride, not dim stride, is free: the dim stride must be 1, and rows
+ * 16-byte aligned (the host checks both before choosing this path).
+ *
+ * Defines: DK, DV (multiples of 16), KC (keys per chunk, a multiple of 16).
+ * Per lane: qa[DK/4] words (the 16 x DK query fragments), acc[DV/2] floats,
+ * and, per row it holds (gq, gq+8), the running max m (log2 units) and the
+ * lane's part of the running sum l.
+ */
+
+#define QA_WORDS (DK / 4)
+#define ACC_N (DV / 2)
+#define LOG2E 1.4426950408889634f
+
+/* The words lane t holds of a `dim`-long row for the k-steps of a product
+ * over that dim: k-step kk in words 2kk, 2kk+1. Zeros when !valid. */
+inline void load_kfrag(__global const store_t *row, int dim, bool valid, uint *w)
+{
+    const int t = lane_id() & 3;
+#pragma unroll
+    for (int kp = 0; kp < dim / 32; ++kp) {
+        const uint4 x = valid ? *(__global const uint4 *)(row + 32 * kp + 8 * t) : (uint4)(0u);
+        w[4 * kp] = x.x;
+        w[4 * kp + 1] = x.y;
+        w[4 * kp + 2] = x.z;
+        w[4 * kp + 3] = x.w;
+    }
+    if (dim % 32) {
+        const int kk = dim / 16 - 1;
+        const uint2 x = valid ? *(__global const uint2 *)(row + 16 * kk + 4 * t) : (uint2)(0u);
+        w[2 * kk] = x.x;
+        w[2 * kk + 1] = x.y;
+    }
+}
+
+/* The A fragments of 16 rows for a product over `dim`: row gq at r0, row
+ * gq+8 at r8 (either absent: zeros). qa[4*kk + i] = a_i of k-step kk. */
+inline void load_afrag(__global const store_t *r0, bool v0, __global const store_t *r8, bool v8, int dim, uint *qa)
+{
+    uint w0[32], w8[32];
+    load_kfrag(r0, dim, v0, w0);
+    load_kfrag(r8, dim, v8, w8);
+#pragma unroll
+    for (int kk = 0; kk < dim / 16; ++kk) {
+        qa[4 * kk] = w0[2 * kk];
+        qa[4 * kk + 1] = w8[2 * kk];
+        qa[4 * kk + 2] = w0[2 * kk + 1];
+        qa[4 * kk + 3] = w8[2 * kk + 1];
+    }
+}
+
+/* dim/16 words of a row: the dims gq*dim/8 .. +dim/8-1 of lane (gq, t). */
+inline void load_cols(__global const store_t *row, int dim, bool valid, uint *w)
+{
+    const int n = dim / 16;
+    __global const store_t *p = row + (lane_id() >> 2) * (dim / 8);
+    if (n % 4 == 0) {
+#pragma unroll
+        for (int i = 0; i < n / 4; ++i) {
+            const uint4 x = valid ? ((__global const uint4 *)p)[i] : (uint4)(0u);
+            w[4 * i] = x.x;
+            w[4 * i + 1] = x.y;
+            w[4 * i + 2] = x.z;
+            w[4 * i + 3] = x.w;
+        }
+    } else if (n % 2 == 0) {
+#pragma unroll
+        for (int i = 0; i < n / 2; ++i) {
+            const uint2 x = valid ? ((__global const uint2 *)p)[i] : (uint2)(0u);
+            w[2 * i] = x.x;
+            w[2 * i + 1] = x.y;
+        }
+    } else {
+#pragma unroll
+        for (int i = 0; i < n; ++i) w[i] = valid ? ((__global const uint *)p)[i] : 0u;
+    }
+}
+
+/* c[4*nb ..] += A B for the `dim`/8 n-blocks of B, whose 16 k-rows (the
+ * keys 2t, 2t+1, 2t+8, 2t+9 of lane t) were read by load_cols. */
+inline void mma_cols(float *c, uint a0, uint a1, uint a2, uint a3, const uint *k0, const uint *k1, const uint *k8,
+                     const uint *k9, int dim, __local uint *ws)
+{
+#pragma unroll
+    for (int nb = 0; nb < dim / 8; ++nb) {
+        const int w = nb >> 1, hi = nb & 1;
+        mma16816(c + 4 * nb, a0, a1, a2, a3, pick16(k0[w], k1[w], hi), pick16(k8[w], k9[w], hi), ws);
+    }
+}
+
+/* The values of one row (hr = 0: row gq, 1: row gq+8) that lane t holds,
+ * in dim order from dim 2t*dim/8: element e of dim/4. */
+inline float row_value(const float *c, int dim, int hr, int e)
+{
+    const int nb = e < dim / 8 ? e : e - dim / 8;
+    return c[4 * nb + 2 * hr + (e < dim / 8 ? 0 : 1)];
+}
+
+/* Stores scale * (the lane's part of row hr) at row + 2t*dim/8. */
+inline void store_row(__global store_t *row, int dim, const float *c, int hr, float scale, __local uint *ws)
+{
+    const int n = dim / 8; /* words */
+    __global store_t *p = row + 2 * (lane_id() & 3) * (dim / 8);
+    uint w[32];
+#pragma unroll
+    for (int i = 0; i < n; ++i)
+        w[i] = pack_f32x2(scale * row_value(c, dim, hr, 2 * i), scale * row_value(c, dim, hr, 2 * i + 1), ws);
+    if (n % 4 == 0) {
+#pragma unroll
+        for (int i = 0; i < n / 4; ++i) ((__global uint4 *)p)[i] = (uint4)(w[4 * i], w[4 * i + 1], w[4 * i + 2], w[4 * i + 3]);
+    } else if (n % 2 == 0) {
+#pragma unroll
+        for (int i = 0; i < n / 2; ++i) ((__global uint2 *)p)[i] = (uint2)(w[2 * i], w[2 * i + 1]);
+    } else {
+#pragma unroll
+        for (int i = 0; i < n; ++i) ((__global uint *)p)[i] = w[i];
+    }
+}
+
+inline void warp_reset(float *m, float *l, float *acc)
+{
+    m[0] = m[1] = -INFINITY;
+    l[0] = l[1] = 0.0f;
+#pragma unroll
+    for (int i = 0; i < ACC_N; ++i) acc[i] = 0.0f;
+}
+
+/* s[4*nb ..] = Q K^T for the KC keys from row k (stride k_rs) whose chunk
+ * index lies in [lo, hi); other keys are not read. */
+inline void warp_scores(float *s, const uint *qa, __global const store_t *k, idx_t k_rs, int lo, int hi,
+                        __local uint *ws)
+{
+    const int gq = lane_id() >> 2;
+#pragma unroll
+    for (int nb = 0; nb < KC / 8; ++nb) {
+        const int j = 8 * nb + gq;
+        uint kw[DK / 8];
+        load_kfrag(k + (idx_t)j * k_rs, DK, j >= lo && j < hi, kw);
+        s[4 * nb] = s[4 * nb + 1] = s[4 * nb + 2] = s[4 * nb + 3] = 0.0f;
+#pragma unroll
+        for (int kk = 0; kk < DK / 16; ++kk)
+            mma16816(s + 4 * nb, qa[4 * kk], qa[4 * kk + 1], qa[4 * kk + 2], qa[4 * kk + 3], kw[2 * kk], kw[2 * kk + 1], ws);
+    }
+}
+
+/* Scales the scores to log2 units, masks chunk columns outside [lo_r, hi_r)
+ * of row r (-inf), and returns the row maxima of the lane's values. */
+inline void warp_mask(float *s, float scale_log2, int lo0, int hi0, int lo1, int hi1, float *mx)
+{
+    const int t = lane_id() & 3;
+    mx[0] = mx[1] = -INFINITY;
+#pragma unroll
+    for (int nb = 0; nb < KC / 8; ++nb)
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+            const int j = 8 * nb + 2 * t + e;
+            const float s0 = j >= lo0 && j < hi0 ? s[4 * nb + e] * scale_log2 : -INFINITY;
+            const float s1 = j >= lo1 && j < hi1 ? s[4 * nb + 2 + e] * scale_log2 : -INFINITY;
+            s[4 * nb + e] = s0;
+            s[4 * nb + 2 + e] = s1;
+            mx[0] = fmax(mx[0], s0);
+            mx[1] = fmax(mx[1], s1);
+        }
+}
+
+/* The online-softmax step of one chunk of masked scores (log2 units, the
+ * lane's row maxima in mx): updates m and the lane's part of l, turns s
+ * into probabilities and gives each row's rescale factor. */
+inline void warp_softmax(float *s, const float *mx, float *m, float *l, float *alpha, __local uint *ws)
+{
+    float psum[2] = {0.0f, 0.0f};
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+        const float m_new = fmax(m[r], quad_max(mx[r], ws));
+        alpha[r] = m_new == -INFINITY ? 1.0f : exp2(m[r] - m_new);
+        m[r] = m_new;
+    }
+#pragma unroll
+    for (int i = 0; i < KC / 2; ++i) {
+        const int r = (i >> 1) & 1;
+        const float p = m[r] == -INFINITY ? 0.0f : exp2(s[i] - m[r]);
+        s[i] = p;
+        psum[r] += p;
+    }
+#pragma unroll
+    for (int r = 0; r < 2; ++r) l[r] = l[r] * alpha[r] + psum[r];
+}
+
+/* One chunk of the online softmax: keys k, v (row strides k_rs, v_rs) at
+ * chunk positions 0 .. KC-1, of which row r (gq, gq+8) sees [lo_r, hi_r). */
+inline void warp_attend_chunk(const uint *qa, float *m, float *l, float *acc, __global const store_t *k, idx_t k_rs,
+                              __global const store_t *v, idx_t v_rs, int lo0, int hi0, int lo1, int hi1,
+                              float scale_log2, __local uint *ws)
+{
+    const int lo = min(lo0, lo1), hi = max(hi0, hi1), t = lane_id() & 3;
+    float s[KC / 2], mx[2], alpha[2];
+    warp_scores(s, qa, k, k_rs, lo, hi, ws);
+    warp_mask(s, scale_log2, lo0, hi0, lo1, hi1, mx);
+    warp_softmax(s, mx, m, l, alpha, ws);
+#pragma unroll
+    for (int i = 0; i < ACC_N; ++i) acc[i] *= alpha[(i >> 1) & 1];
+#pragma unroll
+    for (int kk = 0; kk < KC / 16; ++kk) {
+        const float *p0 = s + 8 * kk, *p1 = p0 + 4;
+        const uint a0 = pack_f32x2(p0[0], p0[1], ws), a1 = pack_f32x2(p0[2], p0[3], ws);
+        const uint a2 = pack_f32x2(p1[0], p1[1], ws), a3 = pack_f32x2(p1[2], p1[3], ws);
+        const int j = 16 * kk + 2 * t;
+        uint v0[DV / 16], v1[DV / 16], v8[DV / 16], v9[DV / 16];
+        load_cols(v + (idx_t)j * v_rs, DV, j >= lo && j < hi, v0);
+        load_cols(v + (idx_t)(j + 1) * v_rs, DV, j + 1 >= lo && j + 1 < hi, v1);
+        load_cols(v + (idx_t)(j + 8) * v_rs, DV, j + 8 >= lo && j + 8 < hi, v8);
+        load_cols(v + (idx_t)(j + 9) * v_rs, DV, j + 9 >= lo && j + 9 < hi, v9);
+        mma_cols(acc, a0, a1, a2, a3, v0, v1, v8, v9, DV, ws);
+    }
+}
+
+/* Attends the rows to n keys from row k0 / v0, all rows seeing all of them. */
+inline void warp_attend_range(const uint *qa, float *m, float *l, float *acc, __global const store_t *k, idx_t k_rs,
+                              __global const store_t *v, idx_t v_rs, int n, float scale_log2, __local uint *ws)
+{
+    for (int c0 = 0; c0 < n; c0 += KC) {
+        const int hi = min(KC, n - c0);
+        warp_attend_chunk(qa, m, l, acc, k + (idx_t)c0 * k_rs, k_rs, v + (idx_t)c0 * v_rs, v_rs, 0, hi, 0, hi,
+                          scale_log2, ws);
+    }
+}
+
+/* The whole row's sum of probabilities (from the lanes' parts) and lse
+ * (natural log; -inf for a row that saw nothing). */
+inline void warp_finish(const float *m, float *l, float *lse, __local uint *ws)
+{
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+        l[r] = quad_sum(l[r], ws);
+        lse[r] = l[r] > 0.0f ? (m[r] + log2(l[r])) / LOG2E : -INFINITY;
+    }
+}

@@ -1,0 +1,213 @@
+/*
+ * warp_mma.h: warp-level tensor-core operations for the warp kernels
+ * (warp_attn.h and the *_warp kernels). A warp is 32 consecutive local ids;
+ * it owns a tile of 16 query rows and computes with m16n8k16 matrix products
+ * (16-bit inputs, f32 accumulators) and exchanges values across its lanes.
+ *
+ *   MMA_NV = 1  NVIDIA compute capability 8.0+, through inline PTX:
+ *               mma.sync, shfl.sync, vote.sync, bar.warp.sync. Any number of
+ *               warps per work-group; warps never wait for each other.
+ *   MMA_NV = 0  the same operations emulated in local memory with barriers,
+ *               so that the warp kernels run, and are tested, on any OpenCL
+ *               device (PoCL in CI). Requires one warp per work-group: every
+ *               call is made by the whole warp, which mma.sync requires too.
+ *
+ * Every function takes the warp's scratch (WARP_SCRATCH words of local
+ * memory; unused on NVIDIA) so that both builds share one kernel source.
+ *
+ * Fragments (PTX ISA, "Matrix Fragments for mma.m16n8k16"), lane = 4*gq + t:
+ *   A 16x16 row-major: a0 = A[gq][2t, 2t+1], a1 = A[gq+8][2t, 2t+1],
+ *                      a2 = A[gq][2t+8, 2t+9], a3 = A[gq+8][2t+8, 2t+9];
+ *   B 16x8 (k x n):    b0 = B[2t, 2t+1][gq], b1 = B[2t+8, 2t+9][gq];
+ *   C 16x8:            c0, c1 = C[gq][2t, 2t+1], c2, c3 = C[gq+8][2t, 2t+1].
+ * A 32-bit register holds two 16-bit values, the lower index in the low half.
+ *
+ * Defines: STORAGE (1 = f16, 2 = bf16), MMA_NV.
+ */
+#ifndef MMA_NV
+#define MMA_NV 0
+#endif
+
+#define WARP 32
+#if MMA_NV
+#define WARP_SCRATCH 1
+#else
+#define WARP_SCRATCH (7 * WARP) /* mma operands, then one word per lane */
+#endif
+
+#if STORAGE == 2
+#define MMA_AB "bf16"
+#elif STORAGE == 1
+#define MMA_AB "f16"
+#else
+#error "the warp kernels take f16 or bf16 storage"
+#endif
+
+inline int lane_id(void) { return (int)get_local_id(0) & (WARP - 1); }
+
+/* The 16-bit value in half `hi` (0 or 1) of a packed register, as a float. */
+inline float h16_float(uint packed, int hi)
+{
+    const uint h = hi ? packed >> 16 : packed & 0xffffu;
+#if STORAGE == 2
+    return as_float(h << 16);
+#else
+    const uint sign = (h & 0x8000u) << 16, e = (h >> 10) & 0x1fu, m = h & 0x3ffu;
+    if (e == 0) return as_float(sign | as_uint((float)m * 5.9604644775390625e-8f)); /* subnormal: m * 2^-24 */
+    if (e == 31) return as_float(sign | 0x7f800000u | (m << 13));
+    return as_float(sign | ((e + 112u) << 23) | (m << 13));
+#endif
+}
+
+/* Two 16-bit values from two packed registers: (half `hi` of x, same of y). */
+inline uint pick16(uint x, uint y, int hi)
+{
+    return hi ? (x >> 16) | (y & 0xffff0000u) : (x & 0xffffu) | (y << 16);
+}
+
+#if MMA_NV
+
+/* c += A B for one 16x8x16 product. */
+inline void mma16816(float *c, uint a0, uint a1, uint a2, uint a3, uint b0, uint b1, __local uint *ws)
+{
+    (void)ws;
+    asm("mma.sync.aligned.m16n8k16.row.col.f32." MMA_AB "." MMA_AB ".f32 "
+        "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
+/* Two floats rounded to the 16-bit type and packed (lo in the low half). */
+inline uint pack_f32x2(float lo, float hi, __local uint *ws)
+{
+    (void)ws;
+    uint d;
+    asm("cvt.rn." MMA_AB "x2.f32 %0, %1, %2;" : "=r"(d) : "f"(hi), "f"(lo));
+    return d;
+}
+
+inline float shfl_xor(float x, int mask, __local uint *ws)
+{
+    (void)ws;
+    float r;
+    asm volatile("shfl.sync.bfly.b32 %0, %1, %2, 0x1f, 0xffffffff;" : "=f"(r) : "f"(x), "r"(mask));
+    return r;
+}
+
+/* Bit i set when lane i's flag is nonzero. */
+inline uint ballot(int flag, __local uint *ws)
+{
+    (void)ws;
+    uint r;
+    asm volatile("{\n\t.reg .pred p;\n\tsetp.ne.s32 p, %1, 0;\n\tvote.sync.ballot.b32 %0, p, 0xffffffff;\n\t}"
+                 : "=r"(r)
+                 : "r"(flag));
+    return r;
+}
+
+/* Orders the warp's local-memory accesses before and after it. */
+inline void warp_sync(__local uint *ws)
+{
+    (void)ws;
+    asm volatile("bar.warp.sync 0xffffffff;" ::: "memory");
+}
+
+#else /* emulation: one warp per work-group */
+
+inline void warp_sync(__local uint *ws)
+{
+    (void)ws;
+    barrier(CLK_LOCAL_MEM_FENCE);
+}
+
+/* Element (r, k) of A or (k, n) of B from the registers the lanes posted. */
+inline float frag_a(__local const uint *ws, int r, int k)
+{
+    const int lane = (r & 7) * 4 + ((k & 7) >> 1), reg = (r >> 3) + ((k >> 3) << 1);
+    return h16_float(ws[lane * 6 + reg], k & 1);
+}
+
+inline float frag_b(__local const uint *ws, int k, int n)
+{
+    const int lane = n * 4 + ((k & 7) >> 1);
+    return h16_float(ws[lane * 6 + 4 + (k >> 3)], k & 1);
+}
+
+inline void mma16816(float *c, uint a0, uint a1, uint a2, uint a3, uint b0, uint b1, __local uint *ws)
+{
+    const int lane = lane_id(), gq = lane >> 2, t = lane & 3;
+    __local uint *mine = ws + lane * 6;
+    mine[0] = a0;
+    mine[1] = a1;
+    mine[2] = a2;
+    mine[3] = a3;
+    mine[4] = b0;
+    mine[5] = b1;
+    barrier(CLK_LOCAL_MEM_FENCE);
+    for (int i = 0; i < 4; ++i) {
+        const int r = gq + (i >> 1) * 8, n = 2 * t + (i & 1);
+        float sum = c[i];
+        for (int k = 0; k < 16; ++k) sum = fma(frag_a(ws, r, k), frag_b(ws, k, n), sum);
+        c[i] = sum;
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+}
+
+inline uint pack_f32x2(float lo, float hi, __local uint *ws)
+{
+#if STORAGE == 2
+    (void)ws;
+    return (uint)bf16_from_float(lo) | ((uint)bf16_from_float(hi) << 16);
+#else
+    /* this lane's own word, past the mma operands: no other lane touches
+     * it, so no barrier */
+    __local uint *word = ws + 6 * WARP + lane_id();
+    vstore_half_rte(lo, 0, (__local half *)word);
+    vstore_half_rte(hi, 1, (__local half *)word);
+    return *word;
+#endif
+}
+
+inline float shfl_xor(float x, int mask, __local uint *ws)
+{
+    const int lane = lane_id();
+    ws[lane] = as_uint(x);
+    barrier(CLK_LOCAL_MEM_FENCE);
+    const float r = as_float(ws[lane ^ mask]);
+    barrier(CLK_LOCAL_MEM_FENCE);
+    return r;
+}
+
+inline uint ballot(int flag, __local uint *ws)
+{
+    const int lane = lane_id();
+    ws[lane] = flag ? 1u << lane : 0u;
+    barrier(CLK_LOCAL_MEM_FENCE);
+    uint r = 0;
+    for (int i = 0; i < WARP; ++i) r |= ws[i];
+    barrier(CLK_LOCAL_MEM_FENCE);
+    return r;
+}
+
+#endif
+
+/* Max and sum over the 4 lanes of a fragment row (same gq). */
+inline float quad_max(float x, __local uint *ws)
+{
+    x = fmax(x, shfl_xor(x, 1, ws));
+    return fmax(x, shfl_xor(x, 2, ws));
+}
+
+inline float quad_sum(float x, __local uint *ws)
+{
+    x += shfl_xor(x, 1, ws);
+    return x + shfl_xor(x, 2, ws);
+}
+
+/* Sum over the 8 lanes of a fragment column (same t). */
+inline float column_sum(float x, __local uint *ws)
+{
+    x += shfl_xor(x, 4, ws);
+    x += shfl_xor(x, 8, ws);
+    return x + shfl_xor(x, 16, ws);
+}

@@ -1,33 +1,78 @@
 #!/usr/bin/env bash
-# On the GPU machine, from the project root, after `bash .gpu/setup.sh`:
-# builds, runs the device tests on NVIDIA's OpenCL, then times the portable
-# NSA in the anchor configuration with `clnsa bench`. Logs and JSON go to $OUT.
-#   bash bench/gpu_run.sh [T list, default 4096,8192,16384,32768,65536]
+# On the GPU machine, from the project root, after `bash .gpu/setup.sh`: builds,
+# checks and times in one command. Stages (STAGES, default all, in order):
+#   tests    the device tests on NVIDIA's OpenCL: test_warp (the tensor-core
+#            path against the reference, every kernel and dtype it has) and
+#            the suites whose bf16 / f16 cases now take that path
+#   ptx      the warp kernels' PTX (the program binaries NVIDIA's OpenCL
+#            returns) for the anchor configuration, in $OUT/ptx.tgz, to read
+#            with ptxas -v where there is no GPU
+#   bench    `clnsa bench` at the T sweep, window 512 and 0, and the portable
+#            path beside it (CLNSA_MMA=0) at the smaller T
+#   sdpa     PyTorch's scaled_dot_product_attention at the same T
+#   variants the NSA forward at T=$VT under register caps and key chunks
+# Logs and JSON go to $OUT.   STAGES="tests bench" bash bench/gpu_run.sh
 set -uo pipefail
 OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT"
-Ts=${1:-4096,8192,16384,32768,65536}
+STAGES=${STAGES:-tests ptx bench sdpa variants}
+Ts=${TS:-4096,8192,16384,32768,65536}
+PTs=${PORTABLE_TS:-4096,16384}
+VT=${VT:-16384}
 repeat=${REPEAT:-3}
+BENCH_ARGS=${BENCH_ARGS:---no-bwd --no-dense}
+on() { case " $STAGES " in *" $1 "*) return 0 ;; esac; return 1; }
+
 meson setup build-gpu --buildtype=release >/dev/null && ninja -C build-gpu >/dev/null || exit 1
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$OUT/gpu.txt"
-export CLNSA_TEST_DEVICE=nvidia CLNSA_REQUIRE_DEVICE=1
-# golden cases: the kit may carry them (.gpu/golden/*.tar.gz); shared/ does not travel
-golden=$PWD/build-gpu/tests/golden
-if [ ! -d "$golden" ] && ls .gpu/golden/*.tar.gz >/dev/null 2>&1; then
-    mkdir -p "$golden" && for f in .gpu/golden/*.tar.gz; do tar -xzf "$f" -C "$golden"; done
-fi
+export CLNSA_TEST_DEVICE=nvidia CLNSA_REQUIRE_DEVICE=1 CLNSA_CACHE_DIR=$PWD/build-gpu/clnsa-cache
 build-gpu/clnsa devices > "$OUT/devices.txt" 2>&1 || true
-for t in build-gpu/tests/test_nsa_fwd build-gpu/tests/test_nsa_bwd build-gpu/tests/test_golden build-gpu/tests/test_api \
-         build-gpu/tests/test_blocksparse build-gpu/tests/test_guard build-gpu/tests/test_faults build-gpu/tests/test_tuning; do
-    [ -x "$t" ] || continue
-    echo "== $t (NVIDIA OpenCL)"
+
+if on tests; then
+    golden=$PWD/build-gpu/tests/golden # the kit may carry the golden cases
+    if [ ! -d "$golden" ] && ls .gpu/golden/*.tar.gz >/dev/null 2>&1; then
+        mkdir -p "$golden" && for f in .gpu/golden/*.tar.gz; do tar -xzf "$f" -C "$golden"; done
+    fi
     [ -d "$golden" ] && export CLNSA_GOLDEN_DIR=$golden # else test_golden skips
-    (cd build-gpu && CLNSA_EXE=$PWD/clnsa timeout 300 "../$t" 2>&1 | tail -6) | tee -a "$OUT/tests.txt"
-done
-# the tensor-core products (opt-in, cl/mma_nv.h) against the reference too
-for t in build-gpu/tests/test_nsa_fwd build-gpu/tests/test_blocksparse build-gpu/tests/test_guard; do
-    echo "== $t (NVIDIA OpenCL, CLNSA_MMA=1)"
-    (cd build-gpu && CLNSA_MMA=1 timeout 300 "../$t" 2>&1 | tail -3) | tee -a "$OUT/tests.txt"
-done
-echo "== clnsa bench (portable path, NVIDIA OpenCL; SDPA beside it: bench/gpu_bench.sh)"
-build-gpu/clnsa bench --T "$Ts" --repeat "$repeat" --json "$OUT/bench_nvidia.json" 2>&1 | tee "$OUT/bench.txt"
+    for t in ${TESTS:-test_warp test_nsa_fwd test_nsa_bwd test_golden test_blocksparse test_api test_guard}; do
+        echo "== $t (NVIDIA OpenCL)"
+        (cd build-gpu && CLNSA_EXE=$PWD/clnsa timeout 300 "tests/$t" 2>&1 | tail -8) | tee -a "$OUT/tests.txt"
+    done
+fi
+
+bench() { build-gpu/clnsa bench --repeat "$repeat" --no-startup "$@"; }
+
+if on ptx; then
+    rm -rf "$OUT/ptx" && mkdir -p "$OUT/ptx"
+    CLNSA_CACHE_DIR=$OUT/ptx bench --T 4096 --methods nsa,slc --repeat 1 --no-bwd --no-dense >/dev/null 2>&1
+    CLNSA_CACHE_DIR=$OUT/ptx bench --T 4096 --methods nsa --repeat 1 --no-dense >/dev/null 2>&1
+    tar -czf "$OUT/ptx.tgz" -C "$OUT/ptx" . && rm -rf "$OUT/ptx"
+fi
+
+if on bench; then
+    echo "== clnsa bench, window 512 (the tensor-core path on bf16)"
+    bench --T "$Ts" $BENCH_ARGS --json "$OUT/bench_w512.json" --svg "$OUT/bench_w512.svg" 2>&1 | tee "$OUT/bench.txt"
+    echo "== clnsa bench, window 0"
+    bench --T "$Ts" $BENCH_ARGS --window 0 --methods cmp,topk+slc,slc,nsa --json "$OUT/bench_w0.json" 2>&1 | tee -a "$OUT/bench.txt"
+    echo "== clnsa bench, portable path (CLNSA_MMA=0), window 0"
+    CLNSA_MMA=0 bench --T "$PTs" $BENCH_ARGS --window 0 --methods slc,nsa --json "$OUT/bench_portable.json" 2>&1 | tee -a "$OUT/bench.txt"
+fi
+
+if on sdpa; then
+    python3 bench/sdpa.py --T "$Ts" --repeat "$repeat" --json "$OUT/sdpa.json" 2>&1 | tee "$OUT/sdpa.txt"
+fi
+
+if on variants; then
+    # key chunk KC and warps per group through a user tuning file, register caps through build options
+    for kc in 64 32; do
+        for wg in 128 64; do
+            f=$OUT/tune_kc$kc.json
+            printf '{"clnsa_tuning": 1, "entries": [{"vendor": "*", "architecture": "*", "device": "*", "family": "nsa_fwd_warp", "shape": {"dk": "*", "dv": "*", "g": "*", "block": "*", "dtype": "*"}, "params": {"WG": %d, "KC": %d}}]}\n' "$wg" "$kc" > "$f"
+            for cap in none 128 168; do
+                opts=""; [ "$cap" != none ] && opts="-cl-nv-maxrregcount=$cap"
+                echo "== variant KC=$kc WG=$wg regcap=$cap"
+                CLNSA_TUNING_FILE=$f CLNSA_BUILD_OPTIONS=$opts bench --T "$VT" --methods slc,nsa --no-bwd --no-dense 2>&1 | tail -1
+            done
+        done
+    done 2>&1 | tee "$OUT/variants.txt"
+fi

@@ -13,7 +13,7 @@
  * an SVG plot of time against T per method (--svg).
  *
  * Methods: cmp (compressed branch only), topk+slc (top-k and selection),
- * slc (selection with given random causal indices), swa (sliding window
+ * slc (selection with given distinct random causal indices), swa (sliding window
  * only), nsa (the three branches with top-k; the window only when --window >
  * 0), dense (causal, every key). */
 #include "cli_common.h"
@@ -30,7 +30,7 @@ static const char *const method_names[M_COUNT] = {"cmp", "topk+slc", "slc", "swa
 typedef struct {
     int HQ, H, D, window, repeat, dtype, S, block;
     bool no_bwd, no_dense, no_startup;
-    const char *Ts, *json, *svg, *device;
+    const char *Ts, *json, *svg, *device, *methods;
 } bench_opts;
 
 /* Inputs (two sets, rotated) and outputs at one T. */
@@ -62,9 +62,18 @@ static int make_inputs(const cli_env *env, const bench_opts *o, int T, clnsa_dty
     const size_t nq = (size_t)T * o->HQ, nk = (size_t)T * o->H;
     int32_t *idx = cli_malloc(nk * (size_t)o->S * sizeof *idx);
     if (!idx) return -1;
-    for (size_t r = 0; r < nk; ++r) { /* random causal blocks for the selection-only timing */
+    for (size_t r = 0; r < nk; ++r) { /* distinct random causal blocks for the selection-only timing */
         const int t = (int)(r / (size_t)o->H), nb = t / o->block + 1;
-        for (int j = 0; j < o->S; ++j) idx[r * o->S + j] = j < nb ? (int)(cli_rng(&seed) % (uint64_t)nb) : -1;
+        int32_t *row = idx + r * o->S;
+        for (int j = 0; j < o->S; ++j) {
+            int x = -1; /* a block not taken yet (nb > j of them are left) */
+            for (bool taken = j < nb; taken;) {
+                x = (int)(cli_rng(&seed) % (uint64_t)nb);
+                taken = false;
+                for (int u = 0; u < j; ++u) taken = taken || row[u] == x;
+            }
+            row[j] = x;
+        }
     }
     const bool ok = (s->q = cli_random(env, nq * o->D, -1, 1, dt, &seed)) && (s->k = cli_random(env, nk * o->D, -1, 1, dt, &seed)) &&
                     (s->v = cli_random(env, nk * o->D, -1, 1, dt, &seed)) && (s->g = cli_random(env, nq, 0, 1, dt, &seed)) &&
@@ -406,7 +415,7 @@ static void write_svg(const char *path, const cli_env *env, const bench_row *row
 
 int cmd_bench(int argc, char **argv)
 {
-    bench_opts o = {64, 4, 128, 512, 5, 2, 16, 64, false, false, false, "4096,8192,16384,32768,65536", NULL, NULL, NULL};
+    bench_opts o = {64, 4, 128, 512, 5, 2, 16, 64, false, false, false, "4096,8192,16384,32768,65536", NULL, NULL, NULL, NULL};
     const cli_opt opts[] = {
         {"--T", OPT_STRING, &o.Ts, 0, 0, NULL, "LIST", "tokens, comma-separated (default 4096,8192,16384,32768,65536)"},
         {"--HQ", OPT_INT, &o.HQ, 1, 1024, NULL, "N", "query heads (default 64)"},
@@ -420,6 +429,7 @@ int cmd_bench(int argc, char **argv)
         {"--no-bwd", OPT_FLAG, &o.no_bwd, 0, 0, NULL, NULL, "forward only"},
         {"--no-dense", OPT_FLAG, &o.no_dense, 0, 0, NULL, NULL, "skip the dense causal baseline"},
         {"--no-startup", OPT_FLAG, &o.no_startup, 0, 0, NULL, NULL, "skip the start-up timing"},
+        {"--methods", OPT_STRING, &o.methods, 0, 0, NULL, "LIST", "methods to time, comma-separated (default all: cmp,topk+slc,slc,swa,nsa,dense)"},
         {"--json", OPT_STRING, &o.json, 0, 0, NULL, "FILE", "write the results as JSON"},
         {"--svg", OPT_STRING, &o.svg, 0, 0, NULL, "FILE", "write a plot of ms against T per method"},
         {"--device", OPT_STRING, &o.device, 0, 0, NULL, "P:D", "device (default: as clnsa run)"},
@@ -443,6 +453,13 @@ int cmd_bench(int argc, char **argv)
         }
         Ts[nT++] = (int)t;
         p = *end == ',' ? end + 1 : end;
+    }
+    bool run[M_COUNT];
+    for (int m = 0; m < M_COUNT; ++m) {
+        const size_t n = strlen(method_names[m]);
+        const char *p = o.methods;
+        while (p && (p = strstr(p, method_names[m])) && ((p != o.methods && p[-1] != ',') || (p[n] != ',' && p[n] != '\0'))) p += n;
+        run[m] = (!o.methods || p) && !(m == M_DENSE && o.no_dense) && !(m == M_SWA && o.window == 0);
     }
     const clnsa_dtype dt = cli_dtype_from_choice(o.dtype);
     cli_env env;
@@ -474,7 +491,7 @@ int cmd_bench(int argc, char **argv)
         printf("%8d", r->T);
         for (int m = 0; m < M_COUNT; ++m) {
             r->fwd[m] = r->bwd[m] = -1;
-            if (m == M_DENSE && o.no_dense) continue;
+            if (!run[m]) continue;
             time_method(&env, &o, r->T, dt, m, sets, &os, &r->fwd[m], &r->bwd[m]);
             failed += r->fwd[m] < 0;
             printf(" %10.3f %10.3f", r->fwd[m], r->bwd[m] >= 0 ? r->fwd[m] + r->bwd[m] : -1.0);

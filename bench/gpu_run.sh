@@ -11,10 +11,15 @@
 #            path beside it (CLNSA_MMA=0) at the smaller T
 #   sdpa     PyTorch's scaled_dot_product_attention at the same T
 #   variants the NSA forward at T=$VT under register caps and key chunks
-# Logs and JSON go to $OUT.   STAGES="tests bench" bash bench/gpu_run.sh
+# The log goes to $OUT/log.txt, JSON and plots to $OUT/results.tgz (re-made
+# after each stage, so a run cut short keeps what it measured), the PTX to
+# $OUT/ptx.tgz.   STAGES="tests bench" bash bench/gpu_run.sh
 set -uo pipefail
 OUT=${OUT:-/tmp/out}
-mkdir -p "$OUT"
+R=${RESULTS:-/tmp/gpu_results}
+mkdir -p "$OUT" "$R"
+exec > >(tee -a "$OUT/log.txt") 2>&1
+save() { tar -czf "$OUT/results.tgz" -C "$R" .; }
 STAGES=${STAGES:-tests ptx bench sdpa variants}
 Ts=${TS:-4096,8192,16384,32768,65536}
 PTs=${PORTABLE_TS:-4096,16384}
@@ -24,9 +29,9 @@ BENCH_ARGS=${BENCH_ARGS:---no-bwd --no-dense}
 on() { case " $STAGES " in *" $1 "*) return 0 ;; esac; return 1; }
 
 meson setup build-gpu --buildtype=release >/dev/null && ninja -C build-gpu >/dev/null || exit 1
-nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$OUT/gpu.txt"
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
 export CLNSA_TEST_DEVICE=nvidia CLNSA_REQUIRE_DEVICE=1 CLNSA_CACHE_DIR=$PWD/build-gpu/clnsa-cache
-build-gpu/clnsa devices > "$OUT/devices.txt" 2>&1 || true
+build-gpu/clnsa devices 2>&1 | head -30
 
 if on tests; then
     golden=$PWD/build-gpu/tests/golden # the kit may carry the golden cases
@@ -36,37 +41,41 @@ if on tests; then
     [ -d "$golden" ] && export CLNSA_GOLDEN_DIR=$golden # else test_golden skips
     for t in ${TESTS:-test_warp test_nsa_fwd test_nsa_bwd test_golden test_blocksparse test_api test_guard}; do
         echo "== $t (NVIDIA OpenCL)"
-        (cd build-gpu && CLNSA_EXE=$PWD/clnsa timeout 300 "tests/$t" 2>&1 | tail -8) | tee -a "$OUT/tests.txt"
+        (cd build-gpu && CLNSA_EXE=$PWD/clnsa timeout 300 "tests/$t" 2>&1 | tail -8)
     done
 fi
 
 bench() { build-gpu/clnsa bench --repeat "$repeat" --no-startup "$@"; }
 
 if on ptx; then
-    rm -rf "$OUT/ptx" && mkdir -p "$OUT/ptx"
-    CLNSA_CACHE_DIR=$OUT/ptx bench --T 4096 --methods nsa,slc --repeat 1 --no-bwd --no-dense >/dev/null 2>&1
-    CLNSA_CACHE_DIR=$OUT/ptx bench --T 4096 --methods nsa --repeat 1 --no-dense >/dev/null 2>&1
-    tar -czf "$OUT/ptx.tgz" -C "$OUT/ptx" . && rm -rf "$OUT/ptx"
+    P=/tmp/ptx_cache; rm -rf "$P" && mkdir -p "$P"
+    CLNSA_CACHE_DIR=$P bench --T 4096 --methods nsa,slc --repeat 1 --no-bwd --no-dense >/dev/null 2>&1
+    CLNSA_CACHE_DIR=$P bench --T 4096 --methods nsa --repeat 1 --no-dense >/dev/null 2>&1
+    tar -czf "$OUT/ptx.tgz" -C "$P" .
 fi
 
 if on bench; then
     echo "== clnsa bench, window 512 (the tensor-core path on bf16)"
-    bench --T "$Ts" $BENCH_ARGS --json "$OUT/bench_w512.json" --svg "$OUT/bench_w512.svg" 2>&1 | tee "$OUT/bench.txt"
+    bench --T "$Ts" $BENCH_ARGS --json "$R/bench_w512.json" --svg "$R/bench_w512.svg"
+    save
     echo "== clnsa bench, window 0"
-    bench --T "$Ts" $BENCH_ARGS --window 0 --methods cmp,topk+slc,slc,nsa --json "$OUT/bench_w0.json" 2>&1 | tee -a "$OUT/bench.txt"
+    bench --T "$Ts" $BENCH_ARGS --window 0 --methods cmp,topk+slc,slc,nsa --json "$R/bench_w0.json" --svg "$R/bench_w0.svg"
+    save
     echo "== clnsa bench, portable path (CLNSA_MMA=0), window 0"
-    CLNSA_MMA=0 bench --T "$PTs" $BENCH_ARGS --window 0 --methods slc,nsa --json "$OUT/bench_portable.json" 2>&1 | tee -a "$OUT/bench.txt"
+    CLNSA_MMA=0 bench --T "$PTs" $BENCH_ARGS --window 0 --methods slc,nsa --json "$R/bench_portable.json"
+    save
 fi
 
 if on sdpa; then
-    python3 bench/sdpa.py --T "$Ts" --repeat "$repeat" --json "$OUT/sdpa.json" 2>&1 | tee "$OUT/sdpa.txt"
+    python3 bench/sdpa.py --T "$Ts" --repeat "$repeat" --json "$R/sdpa.json"
+    save
 fi
 
 if on variants; then
     # key chunk KC and warps per group through a user tuning file, register caps through build options
     for kc in 64 32; do
         for wg in 128 64; do
-            f=$OUT/tune_kc$kc.json
+            f=$R/tune_variant.json
             printf '{"clnsa_tuning": 1, "entries": [{"vendor": "*", "architecture": "*", "device": "*", "family": "nsa_fwd_warp", "shape": {"dk": "*", "dv": "*", "g": "*", "block": "*", "dtype": "*"}, "params": {"WG": %d, "KC": %d}}]}\n' "$wg" "$kc" > "$f"
             for cap in none 128 168; do
                 opts=""; [ "$cap" != none ] && opts="-cl-nv-maxrregcount=$cap"
@@ -74,5 +83,5 @@ if on variants; then
                 CLNSA_TUNING_FILE=$f CLNSA_BUILD_OPTIONS=$opts bench --T "$VT" --methods slc,nsa --no-bwd --no-dense 2>&1 | tail -1
             done
         done
-    done 2>&1 | tee "$OUT/variants.txt"
+    done
 fi

@@ -136,6 +136,14 @@ inline void store_row(__global store_t *row, int dim, const float *c, int hr, fl
     }
 }
 
+/* The same values stored one by one: row element d at p[row + d*ds]. */
+inline void store_row_strided(__global store_t *p, idx_t row, idx_t ds, int dim, const float *c, int hr)
+{
+    const int d0 = 2 * (lane_id() & 3) * (dim / 8);
+#pragma unroll
+    for (int e = 0; e < dim / 4; ++e) STORE(p, row + (idx_t)(d0 + e) * ds, row_value(c, dim, hr, e));
+}
+
 inline void warp_reset(float *m, float *l, float *acc)
 {
     m[0] = m[1] = -INFINITY;

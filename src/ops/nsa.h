@@ -18,6 +18,7 @@ typedef struct {
     bool idx_long;
     int nc_rows; /* rows of the compressed tensors per batch row */
     warp_mode warp; /* the tensor-core path's warp kernels, or WARP_OFF (nsa_validate) */
+    bool o_vec;     /* o's rows aligned for the warp kernels' vector stores */
 } nsa_problem;
 
 /* Where the forward's scratch lives inside the caller's workspace (bytes). */
@@ -35,6 +36,11 @@ static inline tune_problem nsa_tune_problem(const nsa_problem *pb)
                       false, pb->warp == WARP_EMULATED};
     return t;
 }
+
+/* The warp kernels read and write whole 8- and 16-byte pieces of rows: unit
+ * dim stride, and the other strides and the offset multiples of 8 elements
+ * (true for an absent tensor). */
+bool nsa_rows_aligned(const clnsa_tensor *t);
 
 /* saved: `out` is what the forward saved, read by the backward. */
 clnsa_status nsa_validate(clnsa_context *ctx, const clnsa_nsa_config *cfg, const clnsa_nsa_inputs *in,

@@ -181,9 +181,7 @@ static bool needs_long_index(const clnsa_tensor *const *ts, size_t n)
     return false;
 }
 
-/* The warp kernels read whole 8- and 16-byte pieces of rows: unit dim
- * stride, and the other strides and the offset multiples of 8 elements. */
-static bool rows_aligned(const clnsa_tensor *t)
+bool nsa_rows_aligned(const clnsa_tensor *t)
 {
     if (!tensor_present(t)) return true;
     if (t->strides[t->rank - 1] != 1 || t->offset % 8) return false;
@@ -193,15 +191,17 @@ static bool rows_aligned(const clnsa_tensor *t)
 }
 
 /* The warp path of a validated call: the device's mode for the dtype, head
- * dims multiples of 16 up to 128, and aligned rows. */
+ * dims multiples of 16 up to 128, and aligned rows of the inputs it reads
+ * whole (the outputs may have any layout). */
 static warp_mode choose_warp(const clnsa_context *ctx, const nsa_problem *pb, const clnsa_nsa_inputs *in,
                              const clnsa_nsa_outputs *out)
 {
     const warp_mode w = device_warp_mode(ctx, pb->dtype);
     if (w == WARP_OFF || pb->DK % 16 || pb->DV % 16 || pb->DK > 128 || pb->DV > 128) return WARP_OFF;
-    const clnsa_tensor *rows[] = {&in->q, &in->k, &in->v, &in->k_cmp, &in->v_cmp, &out->o};
+    (void)out; /* the output may have any layout (O_VEC) */
+    const clnsa_tensor *rows[] = {&in->q, &in->k, &in->v, &in->k_cmp, &in->v_cmp};
     for (size_t i = 0; i < sizeof rows / sizeof rows[0]; ++i)
-        if (!rows_aligned(rows[i])) return WARP_OFF;
+        if (!nsa_rows_aligned(rows[i])) return WARP_OFF;
     return w;
 }
 
@@ -230,6 +230,7 @@ clnsa_status nsa_validate(clnsa_context *ctx, const clnsa_nsa_config *cfg, const
     pb->idx_long = needs_long_index(all, sizeof all / sizeof all[0]) ||
                    (uint64_t)pb->nc_rows * pb->B * pb->H * (pb->DK > pb->DV ? pb->DK : pb->DV) * pb->cfg.cmp_block > 0x7fffffffull;
     pb->warp = choose_warp(ctx, pb, in, out);
+    pb->o_vec = nsa_rows_aligned(&out->o);
     return CLNSA_SUCCESS;
 }
 

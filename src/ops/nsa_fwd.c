@@ -50,29 +50,25 @@ static clnsa_status plan_topk(clnsa_context *ctx, op_plan *p, const nsa_problem 
     const tune_problem tpb = nsa_tune_problem(pb);
     char defines[2048];
     nsa_branch_defines(pb, in, defines, sizeof defines);
-    size_t wg;
-    clnsa_status st;
-    if (pb->warp != WARP_OFF) {
-        warp_params wp;
-        st = tune_nsa_warp(ctx, TF_NSA_TOPK_WARP, &tpb, &wp);
-        warp_defines(pb, &wp, defines, sizeof defines);
-        append(defines, sizeof defines, strlen(defines), "#define JB %d\n#define PC_MAX %lld\n", wp.jb, (long long)wp.pc_max);
-        wg = wp.wg;
-    } else {
-        topk_params tp;
-        st = tune_nsa_topk(ctx, &tpb, &tp);
-        append(defines, sizeof defines, strlen(defines), "#define WG %zu\n#define GT %d\n#define TK %d\n#define JB %d\n#define PC_MAX %lld\n",
-               tp.wg, tp.gt, tp.tk, tp.jb, (long long)tp.pc_max);
-        wg = tp.wg;
-    }
-    if (st != CLNSA_SUCCESS)
+    warp_params wp;
+    topk_params tp;
+    const bool warp = pb->warp != WARP_OFF;
+    if ((warp ? tune_nsa_warp(ctx, TF_NSA_TOPK_WARP, &tpb, &wp) : tune_nsa_topk(ctx, &tpb, &tp)) != CLNSA_SUCCESS)
         return cx_fail(ctx, CLNSA_ERROR_UNSUPPORTED_DEVICE, "device: top-k needs more local memory than the %llu bytes it has",
                        (unsigned long long)ctx->info.local_mem_size);
+    if (warp) {
+        warp_defines(pb, &wp, defines, sizeof defines);
+        append(defines, sizeof defines, strlen(defines), "#define JB %d\n#define PC_MAX %lld\n", wp.jb, (long long)wp.pc_max);
+    } else {
+        append(defines, sizeof defines, strlen(defines), "#define WG %zu\n#define GT %d\n#define TK %d\n#define JB %d\n#define PC_MAX %lld\n",
+               tp.wg, tp.gt, tp.tk, tp.jb, (long long)tp.pc_max);
+    }
+    const size_t wg = warp ? wp.wg : tp.wg;
     cl_program prog;
     kargs a;
     /* a work-group per token on the portable path, a warp per token on the warp path */
-    const size_t per_token = pb->warp != WARP_OFF ? 32 : wg;
-    st = program_get(ctx, pb->warp != WARP_OFF ? topk_warp_files : topk_files, defines, &prog);
+    const size_t per_token = warp ? 32 : wg;
+    clnsa_status st = program_get(ctx, warp ? topk_warp_files : topk_files, defines, &prog);
     if (st == CLNSA_SUCCESS)
         st = plan_add_kernel(ctx, p, prog, "nsa_topk", (size_t[3]){per_token * (size_t)pb->T, (size_t)pb->H, (size_t)pb->B},
                              wg, &a, pb->idx_long);
@@ -98,18 +94,19 @@ clnsa_status nsa_plan_query_kernel(clnsa_context *ctx, op_plan *p, const nsa_pro
     char defines[2048];
     nsa_branch_defines(pb, in, defines, sizeof defines);
     size_t g[3] = {0, (size_t)pb->H, (size_t)pb->B}, wg;
-    clnsa_status st;
+    warp_params wp;
+    attn_params ap;
+    if ((warp ? tune_nsa_warp(ctx, TF_NSA_FWD_WARP, &tpb, &wp) : tune_nsa_attn(ctx, &tpb, kind, &ap)) != CLNSA_SUCCESS)
+        return cx_fail(ctx, CLNSA_ERROR_UNSUPPORTED_DEVICE, "device: %s needs more local memory than the %llu bytes it has", name,
+                       (unsigned long long)ctx->info.local_mem_size);
     if (warp) { /* one warp per token and head tile */
-        warp_params wp;
-        st = tune_nsa_warp(ctx, TF_NSA_FWD_WARP, &tpb, &wp);
         warp_defines(pb, &wp, defines, sizeof defines);
-        append(defines, sizeof defines, strlen(defines), "#define BWD_PRE %d\n", kind == ATTN_BWD_PRE);
+        append(defines, sizeof defines, strlen(defines), "#define BWD_PRE %d\n#define O_VEC %d\n", kind == ATTN_BWD_PRE,
+               pb->o_vec);
         files = fwd_warp_files;
         wg = wp.wg;
         g[0] = 32 * (size_t)pb->T * (size_t)((pb->G + 15) / 16);
     } else {
-        attn_params ap;
-        st = tune_nsa_attn(ctx, &tpb, kind, &ap);
         const int ngt = (pb->G + ap.gt - 1) / ap.gt, acc_n = (int)((ap.gt * acc_dim + ap.wg - 1) / ap.wg);
         append(defines, sizeof defines, strlen(defines),
                "#define WG %zu\n#define GT %d\n#define NGT %d\n#define TK %d\n#define ACC_N %d\n#define DQ_N %d\n#define BWD_PRE %d\n",
@@ -117,11 +114,8 @@ clnsa_status nsa_plan_query_kernel(clnsa_context *ctx, op_plan *p, const nsa_pro
         wg = ap.wg;
         g[0] = ap.wg * (size_t)pb->T * (size_t)ngt;
     }
-    if (st != CLNSA_SUCCESS)
-        return cx_fail(ctx, CLNSA_ERROR_UNSUPPORTED_DEVICE, "device: %s needs more local memory than the %llu bytes it has", name,
-                       (unsigned long long)ctx->info.local_mem_size);
     cl_program prog;
-    st = program_get(ctx, files, defines, &prog);
+    clnsa_status st = program_get(ctx, files, defines, &prog);
     if (st == CLNSA_SUCCESS) st = plan_add_kernel(ctx, p, prog, name, g, wg, a, pb->idx_long);
     if (st != CLNSA_SUCCESS) return st;
     const clnsa_tensor none = {0};

@@ -8,8 +8,8 @@
  *
  * Defines (besides common.h, warp_mma.h, warp_attn.h, nsa_ranges.h): G,
  * NGT = ceil(G/16) head tiles, NW warps per work-group, HAS_CMP, HAS_SLC,
- * HAS_SWA, HAS_COUNTS, BS, S, CMP_L, CMP_D, WINDOW, BWD_PRE, O_VEC (o's rows
- * aligned for vector stores).
+ * HAS_SWA, HAS_COUNTS, BS, S, CMP_L, CMP_D, WINDOW, BWD_PRE, OUT_VEC (o's
+ * rows aligned for vector stores).
  * NDRange: (32 * NW * ceil(T*NGT / NW), H, B); warp w of group x owns token
  * (x*NW + w) / NGT and head tile (x*NW + w) % NGT.
  */
@@ -159,10 +159,10 @@ __kernel __attribute__((reqd_work_group_size(NW * WARP, 1, 1))) void nsa_fwd(
 #pragma unroll
     for (int hr = 0; hr < 2; ++hr) {
         const int r = gq + 8 * hr;
-#if O_VEC
+#if OUT_VEC
         if (r < ng) store_row(o + at4(o_off, o_st, b, t, hq0 + r, 0), DV, res, hr, 1.0f, ws);
 #else
-        if (r < ng) store_row_strided(o, at4(o_off, o_st, b, t, hq0 + r, 0), o_st.w, DV, res, hr);
+        if (r < ng) store_row_strided(o, at4(o_off, o_st, b, t, hq0 + r, 0), o_st.w, DV, res, hr, 1.0f);
 #endif
     }
 #endif

@@ -137,11 +137,11 @@ inline void store_row(__global store_t *row, int dim, const float *c, int hr, fl
 }
 
 /* The same values stored one by one: row element d at p[row + d*ds]. */
-inline void store_row_strided(__global store_t *p, idx_t row, idx_t ds, int dim, const float *c, int hr)
+inline void store_row_strided(__global store_t *p, idx_t row, idx_t ds, int dim, const float *c, int hr, float scale)
 {
     const int d0 = 2 * (lane_id() & 3) * (dim / 8);
 #pragma unroll
-    for (int e = 0; e < dim / 4; ++e) STORE(p, row + (idx_t)(d0 + e) * ds, row_value(c, dim, hr, e));
+    for (int e = 0; e < dim / 4; ++e) STORE(p, row + (idx_t)(d0 + e) * ds, scale * row_value(c, dim, hr, e));
 }
 
 inline void warp_reset(float *m, float *l, float *acc)
@@ -152,22 +152,29 @@ inline void warp_reset(float *m, float *l, float *acc)
     for (int i = 0; i < ACC_N; ++i) acc[i] = 0.0f;
 }
 
-/* s[4*nb ..] = Q K^T for the KC keys from row k (stride k_rs) whose chunk
- * index lies in [lo, hi); other keys are not read. */
-inline void warp_scores(float *s, const uint *qa, __global const store_t *k, idx_t k_rs, int lo, int hi,
-                        __local uint *ws)
+/* s[4*nb ..] = A K^T for the KC keys from row k (stride k_rs) whose chunk
+ * index lies in [lo, hi) (other keys are not read), over `dim`: the scores
+ * Q K^T (dim DK), or dO V^T (dim DV) in the backward. */
+inline void warp_products(float *s, const uint *a, __global const store_t *k, idx_t k_rs, int lo, int hi, int dim,
+                          __local uint *ws)
 {
     const int gq = lane_id() >> 2;
 #pragma unroll
     for (int nb = 0; nb < KC / 8; ++nb) {
         const int j = 8 * nb + gq;
-        uint kw[DK / 8];
-        load_kfrag(k + (idx_t)j * k_rs, DK, j >= lo && j < hi, kw);
+        uint kw[32];
+        load_kfrag(k + (idx_t)j * k_rs, dim, j >= lo && j < hi, kw);
         s[4 * nb] = s[4 * nb + 1] = s[4 * nb + 2] = s[4 * nb + 3] = 0.0f;
 #pragma unroll
-        for (int kk = 0; kk < DK / 16; ++kk)
-            mma16816(s + 4 * nb, qa[4 * kk], qa[4 * kk + 1], qa[4 * kk + 2], qa[4 * kk + 3], kw[2 * kk], kw[2 * kk + 1], ws);
+        for (int kk = 0; kk < dim / 16; ++kk)
+            mma16816(s + 4 * nb, a[4 * kk], a[4 * kk + 1], a[4 * kk + 2], a[4 * kk + 3], kw[2 * kk], kw[2 * kk + 1], ws);
     }
+}
+
+inline void warp_scores(float *s, const uint *qa, __global const store_t *k, idx_t k_rs, int lo, int hi,
+                        __local uint *ws)
+{
+    warp_products(s, qa, k, k_rs, lo, hi, DK, ws);
 }
 
 /* Scales the scores to log2 units, masks chunk columns outside [lo_r, hi_r)
@@ -188,6 +195,29 @@ inline void warp_mask(float *s, float scale_log2, int lo0, int hi0, int lo1, int
             mx[0] = fmax(mx[0], s0);
             mx[1] = fmax(mx[1], s1);
         }
+}
+
+/* c += P X for the chunk's weights p (score fragments: P V, or dS K in the
+ * backward) and the rows of x (stride x_rs) whose chunk index lies in
+ * [lo, hi) (others read as zero), over `dim` output columns. P is rounded
+ * to the 16-bit type for the product, as FlashAttention does. */
+inline void warp_accumulate(float *c, const float *p, __global const store_t *x, idx_t x_rs, int lo, int hi, int dim,
+                            __local uint *ws)
+{
+    const int t = lane_id() & 3;
+#pragma unroll
+    for (int kk = 0; kk < KC / 16; ++kk) {
+        const float *p0 = p + 8 * kk, *p1 = p0 + 4;
+        const uint a0 = pack_f32x2(p0[0], p0[1], ws), a1 = pack_f32x2(p0[2], p0[3], ws);
+        const uint a2 = pack_f32x2(p1[0], p1[1], ws), a3 = pack_f32x2(p1[2], p1[3], ws);
+        const int j = 16 * kk + 2 * t;
+        uint x0[16], x1[16], x8[16], x9[16];
+        load_cols(x + (idx_t)j * x_rs, dim, j >= lo && j < hi, x0);
+        load_cols(x + (idx_t)(j + 1) * x_rs, dim, j + 1 >= lo && j + 1 < hi, x1);
+        load_cols(x + (idx_t)(j + 8) * x_rs, dim, j + 8 >= lo && j + 8 < hi, x8);
+        load_cols(x + (idx_t)(j + 9) * x_rs, dim, j + 9 >= lo && j + 9 < hi, x9);
+        mma_cols(c, a0, a1, a2, a3, x0, x1, x8, x9, dim, ws);
+    }
 }
 
 /* The online-softmax step of one chunk of masked scores (log2 units, the
@@ -219,26 +249,14 @@ inline void warp_attend_chunk(const uint *qa, float *m, float *l, float *acc, __
                               __global const store_t *v, idx_t v_rs, int lo0, int hi0, int lo1, int hi1,
                               float scale_log2, __local uint *ws)
 {
-    const int lo = min(lo0, lo1), hi = max(hi0, hi1), t = lane_id() & 3;
+    const int lo = min(lo0, lo1), hi = max(hi0, hi1);
     float s[KC / 2], mx[2], alpha[2];
     warp_scores(s, qa, k, k_rs, lo, hi, ws);
     warp_mask(s, scale_log2, lo0, hi0, lo1, hi1, mx);
     warp_softmax(s, mx, m, l, alpha, ws);
 #pragma unroll
     for (int i = 0; i < ACC_N; ++i) acc[i] *= alpha[(i >> 1) & 1];
-#pragma unroll
-    for (int kk = 0; kk < KC / 16; ++kk) {
-        const float *p0 = s + 8 * kk, *p1 = p0 + 4;
-        const uint a0 = pack_f32x2(p0[0], p0[1], ws), a1 = pack_f32x2(p0[2], p0[3], ws);
-        const uint a2 = pack_f32x2(p1[0], p1[1], ws), a3 = pack_f32x2(p1[2], p1[3], ws);
-        const int j = 16 * kk + 2 * t;
-        uint v0[DV / 16], v1[DV / 16], v8[DV / 16], v9[DV / 16];
-        load_cols(v + (idx_t)j * v_rs, DV, j >= lo && j < hi, v0);
-        load_cols(v + (idx_t)(j + 1) * v_rs, DV, j + 1 >= lo && j + 1 < hi, v1);
-        load_cols(v + (idx_t)(j + 8) * v_rs, DV, j + 8 >= lo && j + 8 < hi, v8);
-        load_cols(v + (idx_t)(j + 9) * v_rs, DV, j + 9 >= lo && j + 9 < hi, v9);
-        mma_cols(acc, a0, a1, a2, a3, v0, v1, v8, v9, DV, ws);
-    }
+    warp_accumulate(acc, s, v, v_rs, lo, hi, DV, ws);
 }
 
 /* Attends the rows to n keys from row k0 / v0, all rows seeing all of them. */

@@ -18,7 +18,6 @@ typedef struct {
     bool idx_long;
     int nc_rows; /* rows of the compressed tensors per batch row */
     warp_mode warp; /* the tensor-core path's warp kernels, or WARP_OFF (nsa_validate) */
-    bool o_vec;     /* o's rows aligned for the warp kernels' vector stores */
 } nsa_problem;
 
 /* Where the forward's scratch lives inside the caller's workspace (bytes). */
@@ -78,11 +77,13 @@ extern const char *const nsa_fwd_files[];
 void nsa_branch_defines(const nsa_problem *pb, const clnsa_nsa_inputs *in, char *buf, size_t size);
 /* Builds a per-query kernel (nsa_fwd, or nsa_bwd_dq) as the next plan step
  * and sets its leading arguments, q .. block_counts; the caller adds the
- * mode's own. acc_dim: the head dim of the per-row accumulator. */
+ * mode's own. files: the portable kernel's (the warp path has its own);
+ * acc_dim: the head dim of the per-row accumulator; stored: the per-row
+ * output the kernel writes (o, dq; NULL for none). */
 clnsa_status nsa_plan_query_kernel(clnsa_context *ctx, op_plan *p, const nsa_problem *pb, const clnsa_nsa_inputs *in,
                                    const char *const *files, const char *name, attn_kind kind, int acc_dim,
-                                   const clnsa_tensor *kc, const clnsa_tensor *vc, const clnsa_tensor *bidx, cl_mem ws,
-                                   const nsa_workspace *lay, kargs *a);
+                                   const clnsa_tensor *stored, const clnsa_tensor *kc, const clnsa_tensor *vc,
+                                   const clnsa_tensor *bidx, cl_mem ws, const nsa_workspace *lay, kargs *a);
 clnsa_status nsa_check_workspace(clnsa_context *ctx, const nsa_workspace *lay, cl_mem ws, size_t ws_bytes);
 
 #endif

@@ -230,7 +230,6 @@ clnsa_status nsa_validate(clnsa_context *ctx, const clnsa_nsa_config *cfg, const
     pb->idx_long = needs_long_index(all, sizeof all / sizeof all[0]) ||
                    (uint64_t)pb->nc_rows * pb->B * pb->H * (pb->DK > pb->DV ? pb->DK : pb->DV) * pb->cfg.cmp_block > 0x7fffffffull;
     pb->warp = choose_warp(ctx, pb, in, out);
-    pb->o_vec = nsa_rows_aligned(&out->o);
     return CLNSA_SUCCESS;
 }
 

@@ -17,7 +17,7 @@
 #include <string.h>
 
 static const char *const dq_files[] = {"common.h", "nsa_ranges.h", "nsa_bwd_dq.cl", NULL};
-static const char *const dkdv_files[] = {"common.h", "nsa_ranges.h", "nsa_bwd_dkdv.cl", NULL};
+static const char *const dkdv_files[] = {"common.h", "nsa_ranges.h", "nsa_dkdv.h", "nsa_bwd_dkdv.cl", NULL};
 static const char *const index_files[] = {"common.h", "nsa_ranges.h", "nsa_select_index.cl", NULL};
 
 #define CHECK(x)                              \
@@ -92,6 +92,7 @@ static clnsa_status validate_bwd(clnsa_context *ctx, const clnsa_nsa_config *cfg
     for (size_t i = 0; i < sizeof more / sizeof more[0]; ++i)
         if (tensor_present(more[i]) && tensor_extent(more[i]) > 0x7fffffffull) pb->idx_long = true;
     if ((uint64_t)B * H * (uint64_t)T * pb->S > 0x7fffffffull) pb->idx_long = true;
+    if (!nsa_rows_aligned(dout)) pb->warp = WARP_OFF; /* the warp dq reads dout's rows whole */
     return CLNSA_SUCCESS;
 }
 
@@ -194,7 +195,7 @@ static clnsa_status plan_prologue(clnsa_context *ctx, op_plan *p, const nsa_prob
 {
     kargs a;
     const clnsa_tensor none = {0};
-    CHECK(nsa_plan_query_kernel(ctx, p, pb, x->in, nsa_fwd_files, "nsa_fwd", ATTN_BWD_PRE, pb->DV, &x->kc, &x->vc,
+    CHECK(nsa_plan_query_kernel(ctx, p, pb, x->in, nsa_fwd_files, "nsa_fwd", ATTN_BWD_PRE, pb->DV, NULL, &x->kc, &x->vc,
                                 &x->bidx, x->ws, &x->lay->fwd, &a));
     ka_tensor(&a, x->dout);
     for (int b = 0; b < 3; ++b) ka_tensor(&a, &x->dlt[b]);
@@ -210,7 +211,7 @@ static clnsa_status plan_dq(clnsa_context *ctx, op_plan *p, const nsa_problem *p
 {
     kargs a;
     const clnsa_tensor none = {0};
-    CHECK(nsa_plan_query_kernel(ctx, p, pb, x->in, dq_files, "nsa_bwd_dq", ATTN_DQ, pb->DK, &x->kc, &x->vc, &x->bidx,
+    CHECK(nsa_plan_query_kernel(ctx, p, pb, x->in, dq_files, "nsa_bwd_dq", ATTN_DQ, pb->DK, &x->gr->dq, &x->kc, &x->vc, &x->bidx,
                                 x->ws, &x->lay->fwd, &a));
     ka_tensor(&a, x->dout);
     ka_tensor(&a, pb->has_cmp ? &x->saved->lse_cmp : &none);

@@ -12,6 +12,7 @@ static const char *const topk_files[] = {"common.h", "nsa_ranges.h", "nsa_topk.c
 static const char *const topk_warp_files[] = {"common.h", "warp_mma.h", "warp_attn.h", "nsa_ranges.h", "nsa_topk_warp.cl", NULL};
 const char *const nsa_fwd_files[] = {"common.h", "attn_tile.h", "nsa_ranges.h", "nsa_fwd.cl", NULL};
 static const char *const fwd_warp_files[] = {"common.h", "warp_mma.h", "warp_attn.h", "nsa_ranges.h", "nsa_fwd_warp.cl", NULL};
+static const char *const dq_warp_files[] = {"common.h", "warp_mma.h", "warp_attn.h", "nsa_ranges.h", "nsa_bwd_dq_warp.cl", NULL};
 
 static size_t append(char *buf, size_t size, size_t n, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
 static size_t append(char *buf, size_t size, size_t n, const char *fmt, ...)
@@ -86,24 +87,25 @@ static clnsa_status plan_topk(clnsa_context *ctx, op_plan *p, const nsa_problem 
 
 clnsa_status nsa_plan_query_kernel(clnsa_context *ctx, op_plan *p, const nsa_problem *pb, const clnsa_nsa_inputs *in,
                                    const char *const *files, const char *name, attn_kind kind, int acc_dim,
-                                   const clnsa_tensor *kc, const clnsa_tensor *vc, const clnsa_tensor *bidx, cl_mem ws,
-                                   const nsa_workspace *lay, kargs *a)
+                                   const clnsa_tensor *stored, const clnsa_tensor *kc, const clnsa_tensor *vc,
+                                   const clnsa_tensor *bidx, cl_mem ws, const nsa_workspace *lay, kargs *a)
 {
     const tune_problem tpb = nsa_tune_problem(pb);
-    const bool warp = pb->warp != WARP_OFF && kind != ATTN_DQ;
+    const bool warp = pb->warp != WARP_OFF;
+    const int warp_family = kind == ATTN_DQ ? TF_NSA_DQ_WARP : TF_NSA_FWD_WARP;
     char defines[2048];
     nsa_branch_defines(pb, in, defines, sizeof defines);
     size_t g[3] = {0, (size_t)pb->H, (size_t)pb->B}, wg;
     warp_params wp;
     attn_params ap;
-    if ((warp ? tune_nsa_warp(ctx, TF_NSA_FWD_WARP, &tpb, &wp) : tune_nsa_attn(ctx, &tpb, kind, &ap)) != CLNSA_SUCCESS)
+    if ((warp ? tune_nsa_warp(ctx, warp_family, &tpb, &wp) : tune_nsa_attn(ctx, &tpb, kind, &ap)) != CLNSA_SUCCESS)
         return cx_fail(ctx, CLNSA_ERROR_UNSUPPORTED_DEVICE, "device: %s needs more local memory than the %llu bytes it has", name,
                        (unsigned long long)ctx->info.local_mem_size);
     if (warp) { /* one warp per token and head tile */
         warp_defines(pb, &wp, defines, sizeof defines);
-        append(defines, sizeof defines, strlen(defines), "#define BWD_PRE %d\n#define O_VEC %d\n", kind == ATTN_BWD_PRE,
-               pb->o_vec);
-        files = fwd_warp_files;
+        append(defines, sizeof defines, strlen(defines), "#define BWD_PRE %d\n#define OUT_VEC %d\n", kind == ATTN_BWD_PRE,
+               stored && nsa_rows_aligned(stored));
+        files = kind == ATTN_DQ ? dq_warp_files : fwd_warp_files;
         wg = wp.wg;
         g[0] = 32 * (size_t)pb->T * (size_t)((pb->G + 15) / 16);
     } else {
@@ -141,7 +143,7 @@ static clnsa_status plan_attn(clnsa_context *ctx, op_plan *p, const nsa_problem 
     const clnsa_tensor *bidx = tensor_present(&in->block_indices) ? &in->block_indices : &out->block_indices;
     const clnsa_tensor none = {0};
     kargs a;
-    clnsa_status st = nsa_plan_query_kernel(ctx, p, pb, in, nsa_fwd_files, "nsa_fwd", ATTN_FWD, pb->DV, kc, vc,
+    clnsa_status st = nsa_plan_query_kernel(ctx, p, pb, in, nsa_fwd_files, "nsa_fwd", ATTN_FWD, pb->DV, &out->o, kc, vc,
                                             bidx, ws, lay, &a);
     if (st != CLNSA_SUCCESS) return st;
     ka_tensor(&a, &out->o);

@@ -77,6 +77,8 @@ static size_t fwd_warp_bytes(const int *v, const tune_problem *pb)
     return (size_t)(v[0] / 32) * (warp_scratch_bytes(pb) + sizeof(float) * 16u * (size_t)pb->dv);
 }
 
+static size_t dq_warp_bytes(const int *v, const tune_problem *pb) { return (size_t)(v[0] / 32) * warp_scratch_bytes(pb); }
+
 static size_t topk_warp_bytes(const int *v, const tune_problem *pb)
 {
     return (size_t)(v[0] / 32) *
@@ -176,6 +178,14 @@ static void warp_start(int *v, const tune_problem *pb, const clnsa_device_info *
     v[2] = 64;
 }
 
+/* dq keeps two score-sized tiles (P and dP) besides its accumulator: chunks
+ * of 32 keys. */
+static void dq_warp_start(int *v, const tune_problem *pb, const clnsa_device_info *info)
+{
+    warp_start(v, pb, info);
+    v[1] = 32;
+}
+
 /* ------------------------------------------------------------ the table */
 
 #define WG_PARAM {"WG", {32, 64, 128, 256, 512}, 5, false}
@@ -221,6 +231,8 @@ const tune_family tune_families[TF_COUNT] = {
                          {{SHRINK_HALVE, 0, 0, 32}}, fwd_warp_bytes, warp_start},
     [TF_NSA_TOPK_WARP] = {"nsa_topk_warp", "nsa_topk", 3, {WARP_WG_PARAM, KC_PARAM, {"JB", {16, 32, 64, 128}, 4, false}},
                           0, {{0}}, 2, {{SHRINK_HALVE, 2, 0, 8}, {SHRINK_HALVE, 0, 0, 32}}, topk_warp_bytes, warp_start},
+    [TF_NSA_DQ_WARP] = {"nsa_bwd_dq_warp", "nsa_bwd_dq", 2, {WARP_WG_PARAM, KC_PARAM}, 0, {{0}}, 1,
+                        {{SHRINK_HALVE, 0, 0, 32}}, dq_warp_bytes, dq_warp_start},
 };
 
 int tune_family_find(const char *name)
@@ -266,7 +278,7 @@ bool tune_fits(const clnsa_device_info *info, int family, int *v, const tune_pro
         snprintf(why, why_size, "work-group size %zu is not a multiple of the device's preferred %zu", wg, mult);
         return false;
     }
-    if (family == TF_NSA_FWD_WARP || family == TF_NSA_TOPK_WARP) {
+    if (family == TF_NSA_FWD_WARP || family == TF_NSA_TOPK_WARP || family == TF_NSA_DQ_WARP) {
         if (v[0] % 32 || (pb->warp_emulated && v[0] != 32)) {
             snprintf(why, why_size, "WG=%d: expected %s", v[0], pb->warp_emulated ? "32 (one warp: emulated matrix operations)"
                                                                                    : "a multiple of 32 (whole warps)");

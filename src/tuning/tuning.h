@@ -33,6 +33,7 @@ typedef enum {
     TF_BS_BWD,      /* blocksparse_bwd.cl: dk/dv, dq (WG, BQ, BK) */
     TF_NSA_FWD_WARP,  /* nsa_fwd_warp.cl, the forward and prologue on the tensor cores (WG, KC) */
     TF_NSA_TOPK_WARP, /* nsa_topk_warp.cl (WG, KC, JB) */
+    TF_NSA_DQ_WARP,   /* nsa_bwd_dq_warp.cl (WG, KC) */
     TF_COUNT
 } tune_family_id;
 
@@ -248,7 +249,7 @@ typedef struct {
     size_t local_bytes;
 } warp_params;
 
-/* family: TF_NSA_FWD_WARP or TF_NSA_TOPK_WARP. */
+/* family: one of the TF_NSA_*_WARP. */
 clnsa_status tune_nsa_warp(clnsa_context *ctx, int family, const tune_problem *pb, warp_params *p);
 
 /* Work-items of the small layout / mask kernels. */

@@ -1,0 +1,136 @@
+/*
+ * nsa_bwd_dq_warp.cl: the tensor-core path of dq (same kernel name,
+ * arguments and results as nsa_bwd_dq.cl): one warp per token and tile of
+ * 16 query heads of a KV group, the three branches in turn over the key
+ * ranges of the forward (nsa_ranges.h). Per chunk of keys, in mma fragments
+ * (warp_attn.h):
+ *   P = exp(scale Q K^T - lse_b),  dP = dO V^T,  dS = P (g_b dP - D_b),
+ *   dQ += scale dS K
+ * dq is owned by its query: written once, no atomics.
+ *
+ * Defines: as nsa_fwd_warp.cl (OUT_VEC: dq's rows aligned for vector
+ * stores). NDRange: as nsa_fwd_warp.cl.
+ */
+
+/* The lane's two rows' lse (log2 units), D and gate for one branch. */
+inline void dq_rows(float *lse2, float *dd, float *gg, int ng, __global const float *lse, idx_t lse_base, idx_t lse_hs,
+                    __global const float *dlt, idx_t dlt_base, idx_t dlt_hs, __global const store_t *gate,
+                    idx_t gate_base, idx_t gate_hs)
+{
+    const int gq = lane_id() >> 2;
+#pragma unroll
+    for (int hr = 0; hr < 2; ++hr) {
+        const int r = gq + 8 * hr;
+        const bool v = r < ng;
+        lse2[hr] = v ? lse[lse_base + r * lse_hs] * LOG2E : -INFINITY;
+        dd[hr] = v ? dlt[dlt_base + r * dlt_hs] : 0.0f;
+        gg[hr] = v ? LOAD(gate, gate_base + r * gate_hs) : 0.0f;
+    }
+}
+
+/* dq += dS K over keys 0 .. n-1 of k / v (row strides k_rs, v_rs). */
+inline void dq_range(const uint *qa, const uint *doa, float *dq, const float *lse2, const float *dd, const float *gg,
+                     __global const store_t *k, idx_t k_rs, __global const store_t *v, idx_t v_rs, int n, float sl2,
+                     __local uint *ws)
+{
+    const int t = lane_id() & 3;
+    for (int c0 = 0; c0 < n; c0 += KC) {
+        const int hi = min(KC, n - c0);
+        __global const store_t *kc0 = k + (idx_t)c0 * k_rs;
+        float s[KC / 2], dp[KC / 2];
+        warp_products(s, qa, kc0, k_rs, 0, hi, DK, ws);
+        warp_products(dp, doa, v + (idx_t)c0 * v_rs, v_rs, 0, hi, DV, ws);
+#pragma unroll
+        for (int nb = 0; nb < KC / 8; ++nb)
+#pragma unroll
+            for (int i = 0; i < 4; ++i) {
+                const int j = 8 * nb + 2 * t + (i & 1), r = i >> 1;
+                const float p = j < hi && lse2[r] != -INFINITY ? exp2(s[4 * nb + i] * sl2 - lse2[r]) : 0.0f;
+                s[4 * nb + i] = p * (gg[r] * dp[4 * nb + i] - dd[r]);
+            }
+        warp_accumulate(dq, s, kc0, k_rs, 0, hi, DK, ws);
+    }
+}
+
+#define ROWS(lse, lse_base, lse_hs, dlt, dlt_base, dlt_hs, gate, gate_base, gate_hs) \
+    dq_rows(lse2, dd, gg, ng, lse, lse_base, lse_hs, dlt, dlt_base, dlt_hs, gate, gate_base, gate_hs)
+
+__kernel __attribute__((reqd_work_group_size(NW * WARP, 1, 1))) void nsa_bwd_dq(
+    NSA_QUERY_ARGS,
+    __global const store_t *dout, idx_t do_off, idx4_t do_st,
+    __global const float *lse_cmp, idx_t lc_off, idx4_t lc_st,
+    __global const float *lse_slc, idx_t ls_off, idx4_t ls_st,
+    __global const float *lse_swa, idx_t lw_off, idx4_t lw_st,
+    __global const float *d_cmp, idx_t xc_off, idx4_t xc_st,
+    __global const float *d_slc, idx_t xs_off, idx4_t xs_st,
+    __global const float *d_swa, idx_t xw_off, idx4_t xw_st,
+    __global store_t *dq_out, idx_t dq_off, idx4_t dq_st,
+    int T, float scale)
+{
+    __local uint wscr[NW * WARP_SCRATCH];
+    const int warp = get_local_id(0) / WARP, gq = lane_id() >> 2;
+    __local uint *ws = wscr + warp * WARP_SCRATCH;
+    const int wid = get_group_id(0) * NW + warp, t = wid / NGT, g0 = (wid % NGT) * 16;
+    if (t >= T) return;
+    cu += cu0;
+    cmp_off += cmp_off0;
+    const int h = get_group_id(1), b = get_group_id(2);
+    const int ng = min(16, G - g0), hq0 = h * G + g0;
+    const seq_info sq = seq_of(cu, nseq, b, t, T);
+    const int tl = t - sq.start;
+    const bool live = sq.len > 0;
+    const float sl2 = scale * LOG2E;
+    (void)kc; (void)vc; (void)nc_rows; (void)cmp_off; (void)bidx; (void)bcnt; (void)tl;
+
+    uint qa[QA_WORDS], doa[DV / 4];
+    load_afrag(q + at4(q_off, q_st, b, t, hq0 + gq, 0), gq < ng, q + at4(q_off, q_st, b, t, hq0 + gq + 8, 0),
+               gq + 8 < ng, DK, qa);
+    load_afrag(dout + at4(do_off, do_st, b, t, hq0 + gq, 0), gq < ng, dout + at4(do_off, do_st, b, t, hq0 + gq + 8, 0),
+               gq + 8 < ng, DV, doa);
+    float dq[DK / 2], lse2[2], dd[2], gg[2];
+#pragma unroll
+    for (int i = 0; i < DK / 2; ++i) dq[i] = 0.0f;
+
+#if HAS_CMP
+    ROWS(lse_cmp, at4(lc_off, lc_st, b, t, hq0, 0), lc_st.z, d_cmp, at4(xc_off, xc_st, b, t, hq0, 0), xc_st.z, g_cmp,
+         at4(gc_off, gc_st, b, t, hq0, 0), gc_st.z);
+    {
+        const int row0 = cmp_row0(cmp_off, sq), nvis = cmp_visible(tl, live, nc_rows, row0);
+        dq_range(qa, doa, dq, lse2, dd, gg, kc + at4(kc_off, kc_st, b, row0, h, 0), kc_st.y,
+                 vc + at4(vc_off, vc_st, b, row0, h, 0), vc_st.y, nvis, sl2, ws);
+    }
+#endif
+#if HAS_SLC
+    ROWS(lse_slc, at4(ls_off, ls_st, b, t, hq0, 0), ls_st.z, d_slc, at4(xs_off, xs_st, b, t, hq0, 0), xs_st.z, g_slc,
+         at4(gs_off, gs_st, b, t, hq0, 0), gs_st.z);
+    {
+        const int nslots = slc_slots(bcnt, at4(bc_off, bc_st, b, t, h, 0), live);
+        __global const store_t *kb = k + at4(k_off, k_st, b, sq.start, h, 0), *vb = v + at4(v_off, v_st, b, sq.start, h, 0);
+        for (int s = 0; s < nslots; ++s) {
+            const int2 r = slc_slot(bidx, at4(bi_off, bi_st, b, t, h, 0), bi_st.w, s, tl);
+            if (r.y == 0) continue; /* the same for the whole warp */
+            dq_range(qa, doa, dq, lse2, dd, gg, kb + (idx_t)r.x * k_st.y, k_st.y, vb + (idx_t)r.x * v_st.y, v_st.y, r.y,
+                     sl2, ws);
+        }
+    }
+#endif
+#if HAS_SWA
+    ROWS(lse_swa, at4(lw_off, lw_st, b, t, hq0, 0), lw_st.z, d_swa, at4(xw_off, xw_st, b, t, hq0, 0), xw_st.z, g_swa,
+         at4(gw_off, gw_st, b, t, hq0, 0), gw_st.z);
+    {
+        const int key0 = swa_key0(tl);
+        dq_range(qa, doa, dq, lse2, dd, gg, k + at4(k_off, k_st, b, sq.start + key0, h, 0), k_st.y,
+                 v + at4(v_off, v_st, b, sq.start + key0, h, 0), v_st.y, live ? tl + 1 - key0 : 0, sl2, ws);
+    }
+#endif
+
+#pragma unroll
+    for (int hr = 0; hr < 2; ++hr) {
+        const int r = gq + 8 * hr;
+#if OUT_VEC
+        if (r < ng) store_row(dq_out + at4(dq_off, dq_st, b, t, hq0 + r, 0), DK, dq, hr, scale, ws);
+#else
+        if (r < ng) store_row_strided(dq_out, at4(dq_off, dq_st, b, t, hq0 + r, 0), dq_st.w, DK, dq, hr, scale);
+#endif
+    }
+}

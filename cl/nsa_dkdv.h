@@ -1,0 +1,154 @@
+/*
+ * nsa_dkdv.h: what a key-owned dk/dv work-group of the NSA backward takes
+ * (nsa_bwd_dkdv.cl, and its tensor-core path nsa_bwd_dkdv_warp.cl): a tile
+ * of TKK keys of one KV head and the query rows (token, head of the group)
+ * that see them.
+ *   BRANCH 0 (compressed): keys are compressed rows; the queries are the
+ *            tokens from the first that sees the tile to the sequence end.
+ *   BRANCH 1 (selected): keys are a selection block (a sub-tile of it); the
+ *            queries are the block's inverted list (nsa_select_index.cl),
+ *            in token order. With VARLEN, `cmp_off` holds the selection-block
+ *            offsets.
+ *   BRANCH 2 (window): keys are a token tile; the queries are the next
+ *            WINDOW tokens of each key.
+ * Query row rr of a tile is token rr / G of its range, head rr % G.
+ *
+ * Defines: G, BRANCH, BS, S, CMP_L, CMP_D, WINDOW, VARLEN.
+ */
+
+/* The arguments of both kernels, in the order plan_dkdv() sets them. */
+#define DKDV_ARGS                                                                                              \
+    __global const store_t *q, idx_t q_off, idx4_t q_st,                                                       \
+        __global const store_t *k, idx_t k_off, idx4_t k_st, /* keys: k, or k_cmp */                           \
+        __global const store_t *v, idx_t v_off, idx4_t v_st,                                                  \
+        int nrows_k, /* key rows per batch row: T, or the compressed rows */                                   \
+        __global const store_t *gate, idx_t g_off, idx4_t g_st, __global const int *cu, idx_t cu0, int nseq, \
+        __global const int *cmp_off, idx_t cmp_off0, __global const int *lst, idx_t lst0,                    \
+        __global const int *lst_start, idx_t lst_start0, int nblk, __global const store_t *dout, idx_t do_off, \
+        idx4_t do_st, __global const float *lse, idx_t l_off, idx4_t l_st, __global const float *dlt,         \
+        idx_t x_off, idx4_t x_st, __global float *dk, idx_t dk0, __global float *dv, idx_t dv0, int T, float scale
+
+typedef struct {
+    int key0, nk;          /* rows key0 .. key0+nk-1 of the key tensor */
+    int kp0, kstart, kend; /* BRANCH 1: local position of key 0, its sequence [kstart, kend) */
+    int q_lo, q_hi;        /* BRANCH 1: the tile's part of the list; else its query tokens */
+    idx_t lrow;            /* BRANCH 1: where the (batch, head) lists start */
+} dkdv_tile;
+
+/* Key j of the tile: (local position, first token of its sequence, end of
+ * its sequence); for BRANCH 0 the position is the compressed index. */
+inline int3 dkdv_key(dkdv_tile kt, int j, int b, int T, __global const int *cu, int nseq, __global const int *cmp_off)
+{
+#if BRANCH == 1
+    (void)b; (void)T; (void)cu; (void)nseq; (void)cmp_off;
+    return (int3)(kt.kp0 + j, kt.kstart, kt.kend);
+#elif BRANCH == 0
+    (void)b;
+#if VARLEN
+    int r = kt.key0 + j, lo = 0, hi = nseq - 1;
+    while (lo < hi) {
+        int mid = (lo + hi + 1) >> 1;
+        if (cmp_off[mid] <= r) lo = mid; else hi = mid - 1;
+    }
+    const int ks = clamp(cu[lo], 0, T);
+    return (int3)(r - cmp_off[lo], ks, clamp(cu[lo + 1], ks, T));
+#else
+    (void)cu; (void)nseq; (void)cmp_off;
+    return (int3)(kt.key0 + j, 0, T);
+#endif
+#else
+    (void)cmp_off;
+    const seq_info sk = seq_of(cu, nseq, b, kt.key0 + j, T);
+    return (int3)(kt.key0 + j - sk.start, sk.start, sk.start + sk.len);
+#endif
+}
+
+/* The tile of work-group x (TKK keys; BRANCH 1: block x / NSUB, sub-tile x % NSUB). */
+inline dkdv_tile dkdv_tile_of(int x, int b, int h, int H, int T, int nrows_k, __global const int *cu, int nseq,
+                              __global const int *cmp_off, __global const int *lst_start, int nblk)
+{
+    dkdv_tile kt;
+#if BRANCH == 1
+    const int NSUB = (BS + TKK - 1) / TKK;
+    const int blk = x / NSUB, sub = x % NSUB;
+#if VARLEN
+    int s_id = 0;
+    {
+        int lo = 0, hi = nseq - 1; /* largest s with cmp_off[s] <= blk */
+        while (lo < hi) {
+            int mid = (lo + hi + 1) >> 1;
+            if (cmp_off[mid] <= blk) lo = mid; else hi = mid - 1;
+        }
+        s_id = lo;
+    }
+    kt.kstart = clamp(cu[s_id], 0, T);
+    kt.kend = clamp(cu[s_id + 1], kt.kstart, T);
+    const int jblk = blk - cmp_off[s_id];
+    const bool valid = blk < cmp_off[nseq];
+#else
+    (void)cu; (void)nseq; (void)cmp_off;
+    kt.kstart = 0;
+    kt.kend = T;
+    const int jblk = blk;
+    const bool valid = blk < nblk;
+#endif
+    kt.kp0 = jblk * BS + sub * TKK;
+    kt.nk = valid ? clamp(min(BS - sub * TKK, TKK), 0, max(0, kt.kend - kt.kstart - kt.kp0)) : 0;
+    kt.key0 = kt.kstart + kt.kp0;
+    const idx_t lbase = ((idx_t)b * H + h) * (nblk + 1);
+    kt.q_lo = valid ? lst_start[lbase + blk] : 0;
+    kt.q_hi = valid ? lst_start[lbase + blk + 1] : 0;
+    kt.lrow = ((idx_t)b * H + h) * (idx_t)T * S;
+#else
+    (void)H; (void)lst_start; (void)nblk;
+    kt.key0 = x * TKK;
+    kt.nk = clamp(nrows_k - kt.key0, 0, TKK);
+    kt.kp0 = kt.kstart = kt.kend = 0;
+    kt.lrow = 0;
+    /* query tokens: from the first that sees key 0 to the end of the last
+     * key's sequence (bounded by the window) */
+    kt.q_lo = T;
+    kt.q_hi = 0;
+    if (kt.nk > 0) {
+        const int3 first = dkdv_key(kt, 0, b, T, cu, nseq, cmp_off), last = dkdv_key(kt, kt.nk - 1, b, T, cu, nseq, cmp_off);
+#if BRANCH == 0
+        kt.q_lo = first.y + first.x * CMP_D + CMP_L - 1;
+        kt.q_hi = last.z;
+#else
+        kt.q_lo = kt.key0;
+        kt.q_hi = min(last.z, kt.key0 + kt.nk - 1 + WINDOW);
+#endif
+    }
+    kt.q_hi = max(kt.q_hi, kt.q_lo);
+#endif
+    return kt;
+}
+
+/* The tile's query rows: (q_hi - q_lo) tokens of G heads each. */
+inline int dkdv_rows(dkdv_tile kt) { return (kt.q_hi - kt.q_lo) * G; }
+
+/* The token of query row rr (-1 past the tile's rows). */
+inline int dkdv_row_token(dkdv_tile kt, int rr, __global const int *lst)
+{
+    if (rr >= dkdv_rows(kt)) return -1;
+#if BRANCH == 1
+    return lst[kt.lrow + kt.q_lo + rr / G];
+#else
+    (void)lst;
+    return kt.q_lo + rr / G;
+#endif
+}
+
+/* Does token t see key (local position kp, sequence [ks, ke))? */
+inline bool sees(int t, int kp, int ks, int ke)
+{
+    if (t < ks || t >= ke) return false;
+    const int tl = t - ks;
+#if BRANCH == 0
+    return kp * CMP_D + CMP_L - 1 <= tl; /* kp is the compressed index */
+#elif BRANCH == 1
+    return kp <= tl;
+#else
+    return kp <= tl && tl - kp < WINDOW;
+#endif
+}

@@ -25,7 +25,7 @@ Ts=${TS:-4096,8192,16384,32768,65536}
 PTs=${PORTABLE_TS:-4096,16384}
 VT=${VT:-16384}
 repeat=${REPEAT:-3}
-BENCH_ARGS=${BENCH_ARGS:---no-bwd --no-dense}
+BENCH_ARGS=${BENCH_ARGS:---no-dense}
 on() { case " $STAGES " in *" $1 "*) return 0 ;; esac; return 1; }
 
 meson setup build-gpu --buildtype=release >/dev/null && ninja -C build-gpu >/dev/null || exit 1
@@ -39,7 +39,7 @@ if on tests; then
         mkdir -p "$golden" && for f in .gpu/golden/*.tar.gz; do tar -xzf "$f" -C "$golden"; done
     fi
     [ -d "$golden" ] && export CLNSA_GOLDEN_DIR=$golden # else test_golden skips
-    for t in ${TESTS:-test_warp test_nsa_fwd test_nsa_bwd test_golden test_blocksparse test_api test_guard}; do
+    for t in ${TESTS:-test_warp test_nsa_fwd test_nsa_bwd test_golden test_api test_guard}; do
         echo "== $t (NVIDIA OpenCL)"
         (cd build-gpu && CLNSA_EXE=$PWD/clnsa timeout 300 "tests/$t" 2>&1 | tail -8)
     done

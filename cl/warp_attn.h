@@ -31,26 +31,57 @@
 #define ACC_N (DV / 2)
 #define LOG2E 1.4426950408889634f
 
-/* The words lane t holds of a `dim`-long row for the k-steps of a product
- * over that dim: k-step kk in words 2kk, 2kk+1. Zeros when !valid. */
-inline void load_kfrag(__global const store_t *row, int dim, bool valid, uint *w)
-{
-    const int t = lane_id() & 3;
-#pragma unroll
-    for (int kp = 0; kp < dim / 32; ++kp) {
-        const uint4 x = valid ? *(__global const uint4 *)(row + 32 * kp + 8 * t) : (uint4)(0u);
-        w[4 * kp] = x.x;
-        w[4 * kp + 1] = x.y;
-        w[4 * kp + 2] = x.z;
-        w[4 * kp + 3] = x.w;
+/* Row reads in global or local memory (OpenCL 1.2 has no generic address
+ * space, so each is defined for both; their loops have constant trip
+ * counts and unroll). Zeros where !valid.
+ *   KFRAG(row, dim, valid, w): the words lane t holds of a `dim`-long row
+ *     for the k-steps of a product over that dim: k-step kk in words 2kk,
+ *     2kk+1 (dims kdim(kk, t) .. +3);
+ *   COLS(row, dim, valid, w): dim/16 words of a row, the dims gq*dim/8 ..
+ *     +dim/8-1 of lane (gq, t). */
+#define DEFINE_ROW_READS(SPACE, KFRAG, COLS)                                                  \
+    inline void KFRAG(SPACE const store_t *row, int dim, bool valid, uint *w)                 \
+    {                                                                                         \
+        const int t = lane_id() & 3;                                                          \
+        for (int kp = 0; kp < dim / 32; ++kp) {                                               \
+            const uint4 x = valid ? *(SPACE const uint4 *)(row + 32 * kp + 8 * t) : (uint4)(0u); \
+            w[4 * kp] = x.x;                                                                  \
+            w[4 * kp + 1] = x.y;                                                              \
+            w[4 * kp + 2] = x.z;                                                              \
+            w[4 * kp + 3] = x.w;                                                              \
+        }                                                                                     \
+        if (dim % 32) {                                                                       \
+            const int kk = dim / 16 - 1;                                                      \
+            const uint2 x = valid ? *(SPACE const uint2 *)(row + 16 * kk + 4 * t) : (uint2)(0u); \
+            w[2 * kk] = x.x;                                                                  \
+            w[2 * kk + 1] = x.y;                                                              \
+        }                                                                                     \
+    }                                                                                         \
+    inline void COLS(SPACE const store_t *row, int dim, bool valid, uint *w)                  \
+    {                                                                                         \
+        const int n = dim / 16;                                                               \
+        SPACE const store_t *p = row + (lane_id() >> 2) * (dim / 8);                          \
+        if (n % 4 == 0) {                                                                     \
+            for (int i = 0; i < n / 4; ++i) {                                                 \
+                const uint4 x = valid ? ((SPACE const uint4 *)p)[i] : (uint4)(0u);            \
+                w[4 * i] = x.x;                                                               \
+                w[4 * i + 1] = x.y;                                                           \
+                w[4 * i + 2] = x.z;                                                           \
+                w[4 * i + 3] = x.w;                                                           \
+            }                                                                                 \
+        } else if (n % 2 == 0) {                                                              \
+            for (int i = 0; i < n / 2; ++i) {                                                 \
+                const uint2 x = valid ? ((SPACE const uint2 *)p)[i] : (uint2)(0u);            \
+                w[2 * i] = x.x;                                                               \
+                w[2 * i + 1] = x.y;                                                           \
+            }                                                                                 \
+        } else {                                                                              \
+            for (int i = 0; i < n; ++i) w[i] = valid ? ((SPACE const uint *)p)[i] : 0u;      \
+        }                                                                                     \
     }
-    if (dim % 32) {
-        const int kk = dim / 16 - 1;
-        const uint2 x = valid ? *(__global const uint2 *)(row + 16 * kk + 4 * t) : (uint2)(0u);
-        w[2 * kk] = x.x;
-        w[2 * kk + 1] = x.y;
-    }
-}
+
+DEFINE_ROW_READS(__global, load_kfrag, load_cols)
+DEFINE_ROW_READS(__local, lds_kfrag, lds_cols)
 
 /* The A fragments of 16 rows for a product over `dim`: row gq at r0, row
  * gq+8 at r8 (either absent: zeros). qa[4*kk + i] = a_i of k-step kk. */
@@ -65,33 +96,6 @@ inline void load_afrag(__global const store_t *r0, bool v0, __global const store
         qa[4 * kk + 1] = w8[2 * kk];
         qa[4 * kk + 2] = w0[2 * kk + 1];
         qa[4 * kk + 3] = w8[2 * kk + 1];
-    }
-}
-
-/* dim/16 words of a row: the dims gq*dim/8 .. +dim/8-1 of lane (gq, t). */
-inline void load_cols(__global const store_t *row, int dim, bool valid, uint *w)
-{
-    const int n = dim / 16;
-    __global const store_t *p = row + (lane_id() >> 2) * (dim / 8);
-    if (n % 4 == 0) {
-#pragma unroll
-        for (int i = 0; i < n / 4; ++i) {
-            const uint4 x = valid ? ((__global const uint4 *)p)[i] : (uint4)(0u);
-            w[4 * i] = x.x;
-            w[4 * i + 1] = x.y;
-            w[4 * i + 2] = x.z;
-            w[4 * i + 3] = x.w;
-        }
-    } else if (n % 2 == 0) {
-#pragma unroll
-        for (int i = 0; i < n / 2; ++i) {
-            const uint2 x = valid ? ((__global const uint2 *)p)[i] : (uint2)(0u);
-            w[2 * i] = x.x;
-            w[2 * i + 1] = x.y;
-        }
-    } else {
-#pragma unroll
-        for (int i = 0; i < n; ++i) w[i] = valid ? ((__global const uint *)p)[i] : 0u;
     }
 }
 

@@ -18,6 +18,8 @@
 
 static const char *const dq_files[] = {"common.h", "nsa_ranges.h", "nsa_bwd_dq.cl", NULL};
 static const char *const dkdv_files[] = {"common.h", "nsa_ranges.h", "nsa_dkdv.h", "nsa_bwd_dkdv.cl", NULL};
+static const char *const dkdv_warp_files[] = {"common.h", "warp_mma.h", "warp_attn.h", "nsa_ranges.h", "nsa_dkdv.h",
+                                              "nsa_bwd_dkdv_warp.cl", NULL};
 static const char *const index_files[] = {"common.h", "nsa_ranges.h", "nsa_select_index.cl", NULL};
 
 #define CHECK(x)                              \
@@ -282,23 +284,31 @@ static clnsa_status plan_dkdv(clnsa_context *ctx, op_plan *p, const nsa_problem 
                               bool accum, const char *defines)
 {
     const bwd_workspace *w = x->lay;
-    dkdv_params dp;
     const tune_problem tpb = nsa_tune_problem(pb);
-    if (tune_nsa_dkdv(ctx, &tpb, &dp) != CLNSA_SUCCESS)
+    const bool warp = pb->warp != WARP_OFF;
+    dkdv_params dp;
+    warp_params wp;
+    if ((warp ? tune_nsa_warp(ctx, TF_NSA_DKDV_WARP, &tpb, &wp) : tune_nsa_dkdv(ctx, &tpb, &dp)) != CLNSA_SUCCESS)
         return cx_fail(ctx, CLNSA_ERROR_UNSUPPORTED_DEVICE, "device: the dk/dv pass needs more local memory than the %llu bytes it has",
                        (unsigned long long)ctx->info.local_mem_size);
     char d[2560];
-    snprintf(d, sizeof d, "%s#define WG %zu\n#define TKK %d\n#define RQ %d\n#define DK_N %zu\n#define DV_N %zu\n#define BRANCH %d\n#define ACCUM %d\n",
-             defines, dp.wg, dp.tkk, dp.rq, ((size_t)dp.tkk * pb->DK + dp.wg - 1) / dp.wg,
-             ((size_t)dp.tkk * pb->DV + dp.wg - 1) / dp.wg, branch, accum ? 1 : 0);
+    if (warp) /* a warp per 16 keys */
+        snprintf(d, sizeof d, "%s#define NW %zu\n#define TKK %zu\n#define KC 16\n#define MMA_NV %d\n#define BRANCH %d\n#define ACCUM %d\n",
+                 defines, wp.wg / 32, wp.wg / 2, pb->warp == WARP_NV, branch, accum ? 1 : 0);
+    else
+        snprintf(d, sizeof d, "%s#define WG %zu\n#define TKK %d\n#define RQ %d\n#define DK_N %zu\n#define DV_N %zu\n#define BRANCH %d\n#define ACCUM %d\n",
+                 defines, dp.wg, dp.tkk, dp.rq, ((size_t)dp.tkk * pb->DK + dp.wg - 1) / dp.wg,
+                 ((size_t)dp.tkk * pb->DV + dp.wg - 1) / dp.wg, branch, accum ? 1 : 0);
+    const size_t wg = warp ? wp.wg : dp.wg;
+    const int tkk = warp ? (int)(wp.wg / 2) : dp.tkk;
     cl_program prog;
-    CHECK(program_get(ctx, dkdv_files, d, &prog));
-    const int bs = pb->cfg.block_size, nsub = (bs + dp.tkk - 1) / dp.tkk;
+    CHECK(program_get(ctx, warp ? dkdv_warp_files : dkdv_files, d, &prog));
+    const int bs = pb->cfg.block_size, nsub = (bs + tkk - 1) / tkk;
     const int nkeys = branch == 0 ? pb->nc_rows : pb->T;
-    const size_t groups = branch == 1 ? (size_t)w->nblk * nsub : (size_t)(nkeys + dp.tkk - 1) / dp.tkk;
+    const size_t groups = branch == 1 ? (size_t)w->nblk * nsub : (size_t)(nkeys + tkk - 1) / tkk;
     kargs a;
-    CHECK(plan_add_kernel(ctx, p, prog, "nsa_bwd_dkdv", (size_t[3]){dp.wg * groups, (size_t)pb->H, (size_t)pb->B}, dp.wg,
-                          &a, pb->idx_long));
+    CHECK(plan_add_kernel(ctx, p, prog, "nsa_bwd_dkdv", (size_t[3]){wg * groups, (size_t)pb->H, (size_t)pb->B}, wg, &a,
+                          pb->idx_long));
     const clnsa_tensor *gates[3] = {&x->in->g_cmp, &x->in->g_slc, &x->in->g_swa};
     const clnsa_tensor *lses[3] = {&x->saved->lse_cmp, &x->saved->lse_slc, &x->saved->lse_swa};
     ka_tensor(&a, &x->in->q);

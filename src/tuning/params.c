@@ -79,6 +79,13 @@ static size_t fwd_warp_bytes(const int *v, const tune_problem *pb)
 
 static size_t dq_warp_bytes(const int *v, const tune_problem *pb) { return (size_t)(v[0] / 32) * warp_scratch_bytes(pb); }
 
+/* The dk/dv warp kernel stages 16 query rows: Q and dO with rows padded by
+ * 8 elements, and four per-row words. */
+static size_t dkdv_warp_bytes(const int *v, const tune_problem *pb)
+{
+    return (size_t)(v[0] / 32) * warp_scratch_bytes(pb) + 16u * (2u * ((size_t)pb->dk + 8u + (size_t)pb->dv + 8u) + 16u);
+}
+
 static size_t topk_warp_bytes(const int *v, const tune_problem *pb)
 {
     return (size_t)(v[0] / 32) *
@@ -233,6 +240,8 @@ const tune_family tune_families[TF_COUNT] = {
                           0, {{0}}, 2, {{SHRINK_HALVE, 2, 0, 8}, {SHRINK_HALVE, 0, 0, 32}}, topk_warp_bytes, warp_start},
     [TF_NSA_DQ_WARP] = {"nsa_bwd_dq_warp", "nsa_bwd_dq", 2, {WARP_WG_PARAM, KC_PARAM}, 0, {{0}}, 1,
                         {{SHRINK_HALVE, 0, 0, 32}}, dq_warp_bytes, dq_warp_start},
+    [TF_NSA_DKDV_WARP] = {"nsa_bwd_dkdv_warp", "nsa_bwd_dkdv", 1, {WARP_WG_PARAM}, 0, {{0}}, 1,
+                          {{SHRINK_HALVE, 0, 0, 32}}, dkdv_warp_bytes, warp_start},
 };
 
 int tune_family_find(const char *name)
@@ -278,13 +287,13 @@ bool tune_fits(const clnsa_device_info *info, int family, int *v, const tune_pro
         snprintf(why, why_size, "work-group size %zu is not a multiple of the device's preferred %zu", wg, mult);
         return false;
     }
-    if (family == TF_NSA_FWD_WARP || family == TF_NSA_TOPK_WARP || family == TF_NSA_DQ_WARP) {
+    if (family >= TF_NSA_FWD_WARP) { /* the warp families */
         if (v[0] % 32 || (pb->warp_emulated && v[0] != 32)) {
             snprintf(why, why_size, "WG=%d: expected %s", v[0], pb->warp_emulated ? "32 (one warp: emulated matrix operations)"
                                                                                    : "a multiple of 32 (whole warps)");
             return false;
         }
-        if (v[1] % 16) {
+        if (f->nparams > 1 && v[1] % 16) {
             snprintf(why, why_size, "KC=%d is not a multiple of 16", v[1]);
             return false;
         }

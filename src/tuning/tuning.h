@@ -34,6 +34,7 @@ typedef enum {
     TF_NSA_FWD_WARP,  /* nsa_fwd_warp.cl, the forward and prologue on the tensor cores (WG, KC) */
     TF_NSA_TOPK_WARP, /* nsa_topk_warp.cl (WG, KC, JB) */
     TF_NSA_DQ_WARP,   /* nsa_bwd_dq_warp.cl (WG, KC) */
+    TF_NSA_DKDV_WARP, /* nsa_bwd_dkdv_warp.cl (WG: 16 keys per warp) */
     TF_COUNT
 } tune_family_id;
 

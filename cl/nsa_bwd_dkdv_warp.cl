@@ -1,0 +1,160 @@
+/*
+ * nsa_bwd_dkdv_warp.cl: the tensor-core path of the key-owned dk/dv pass
+ * (same kernel name, arguments and results as nsa_bwd_dkdv.cl; which keys
+ * and rows: nsa_dkdv.h). A work-group owns TKK = 16*NW keys, a warp 16 of
+ * them as the rows of its fragments; their K and V stay in registers. The
+ * query rows that see the tile go through local memory 16 at a time (Q, dO,
+ * lse, D, gate, copied once for all warps), and per chunk each warp computes,
+ * with the keys as the M dimension (so P^T and dS^T are A operands as they
+ * come out of the score fragments):
+ *   S^T = K Q^T, P^T = exp(scale S^T - lse), dP^T = V dO^T,
+ *   dS^T = P^T (g dP^T - D), dV += (g P^T) dO, dK += scale dS^T Q.
+ * dK, dV are owned by their keys: written once, no atomics.
+ *
+ * Defines (besides nsa_dkdv.h): NW, DK, DV, ACCUM, TKK = 16*NW; RQ = 16.
+ * NDRange: (32 * NW * tiles, H, B).
+ */
+
+#define RQ 16
+#define QPAD (DK + 8) /* row strides of the staged rows, in elements: 16-byte */
+#define DPAD (DV + 8) /* aligned, and rows 4 banks apart */
+
+/* Copies query rows r0 .. r0+RQ-1 of the tile (zeros past its rows) into
+ * local memory: Q and dO whole rows, and per row its token, lse (log2
+ * units), D and gate. All work-items of the group call it. */
+inline void stage_rows(dkdv_tile kt, int r0, int b, int h, __global const int *lst, __global const store_t *q,
+                       idx_t q_off, idx4_t q_st, __global const store_t *dout, idx_t do_off, idx4_t do_st,
+                       __global const store_t *gate, idx_t g_off, idx4_t g_st, __global const float *lse, idx_t l_off,
+                       idx4_t l_st, __global const float *dlt, idx_t x_off, idx4_t x_st, __local store_t *qs,
+                       __local store_t *dos, __local int *tok_s, __local float *lse_s, __local float *d_s,
+                       __local float *g_s)
+{
+    const int lid = get_local_id(0);
+    for (int r = lid; r < RQ; r += NW * WARP) {
+        const int rr = r0 + r, tok = dkdv_row_token(kt, rr, lst), hq = h * G + rr % G;
+        const float l = tok >= 0 ? lse[at4(l_off, l_st, b, tok, hq, 0)] : -INFINITY;
+        tok_s[r] = tok;
+        lse_s[r] = l * LOG2E;
+        d_s[r] = tok >= 0 ? dlt[at4(x_off, x_st, b, tok, hq, 0)] : 0.0f;
+        g_s[r] = tok >= 0 ? LOAD(gate, at4(g_off, g_st, b, tok, hq, 0)) : 0.0f;
+    }
+    for (int i = lid; i < RQ * (DK + DV) / 8; i += NW * WARP) {
+        const bool is_q = i < RQ * DK / 8;
+        const int j = is_q ? i : i - RQ * DK / 8, per = (is_q ? DK : DV) / 8, r = j / per, c = 8 * (j % per);
+        const int rr = r0 + r, tok = dkdv_row_token(kt, rr, lst), hq = h * G + rr % G;
+        uint4 x = (uint4)(0u);
+        if (tok >= 0)
+            x = is_q ? *(__global const uint4 *)(q + at4(q_off, q_st, b, tok, hq, c))
+                     : *(__global const uint4 *)(dout + at4(do_off, do_st, b, tok, hq, c));
+        *(__local uint4 *)(is_q ? qs + r * QPAD + c : dos + r * DPAD + c) = x;
+    }
+}
+
+/* s[4*nb ..] = A X^T over `dim` for the 16 staged rows (2 n-blocks). */
+inline void rows_products(float *s, const uint *a, __local const store_t *x, int stride, int dim, __local uint *ws)
+{
+    const int gq = lane_id() >> 2;
+#pragma unroll
+    for (int nb = 0; nb < 2; ++nb) {
+        uint w[32];
+        lds_kfrag(x + (8 * nb + gq) * stride, dim, true, w);
+        s[4 * nb] = s[4 * nb + 1] = s[4 * nb + 2] = s[4 * nb + 3] = 0.0f;
+#pragma unroll
+        for (int kk = 0; kk < dim / 16; ++kk)
+            mma16816(s + 4 * nb, a[4 * kk], a[4 * kk + 1], a[4 * kk + 2], a[4 * kk + 3], w[2 * kk], w[2 * kk + 1], ws);
+    }
+}
+
+/* c += P X for the 16 staged rows (P: 16 keys x 16 rows, score fragments). */
+inline void rows_accumulate(float *c, const float *p, __local const store_t *x, int stride, int dim, __local uint *ws)
+{
+    const int t = lane_id() & 3;
+    const uint a0 = pack_f32x2(p[0], p[1], ws), a1 = pack_f32x2(p[2], p[3], ws);
+    const uint a2 = pack_f32x2(p[4], p[5], ws), a3 = pack_f32x2(p[6], p[7], ws);
+    uint x0[16], x1[16], x8[16], x9[16];
+    lds_cols(x + (2 * t) * stride, dim, true, x0);
+    lds_cols(x + (2 * t + 1) * stride, dim, true, x1);
+    lds_cols(x + (2 * t + 8) * stride, dim, true, x8);
+    lds_cols(x + (2 * t + 9) * stride, dim, true, x9);
+    mma_cols(c, a0, a1, a2, a3, x0, x1, x8, x9, dim, ws);
+}
+
+/* Adds (ACCUM) or writes the lane's values of key row kr of a dense f32
+ * [B, rows, H, dim] gradient, times scale. */
+inline void store_key_row(__global float *g, idx_t at, int dim, const float *c, int hr, float scale)
+{
+    const int d0 = 2 * (lane_id() & 3) * (dim / 8);
+#pragma unroll
+    for (int e = 0; e < dim / 4; ++e) {
+        const float x = scale * row_value(c, dim, hr, e);
+        g[at + d0 + e] = ACCUM ? g[at + d0 + e] + x : x;
+    }
+}
+
+__kernel __attribute__((reqd_work_group_size(NW * WARP, 1, 1))) void nsa_bwd_dkdv(DKDV_ARGS)
+{
+    __local uint wscr[NW * WARP_SCRATCH];
+    __local ushort q_raw[RQ * QPAD], do_raw[RQ * DPAD]; /* f16 arrays need cl_khr_fp16: their bits */
+    __local store_t *qs = (__local store_t *)q_raw, *dos = (__local store_t *)do_raw;
+    __local int tok_s[RQ];
+    __local float lse_s[RQ], d_s[RQ], g_s[RQ];
+    const int warp = get_local_id(0) / WARP, lane = lane_id(), gq = lane >> 2, tq = lane & 3;
+    __local uint *ws = wscr + warp * WARP_SCRATCH;
+    const int h = get_group_id(1), b = get_group_id(2), H = get_num_groups(1);
+    cu += cu0;
+    cmp_off += cmp_off0;
+    lst += lst0;
+    lst_start += lst_start0;
+    const dkdv_tile kt = dkdv_tile_of(get_group_id(0), b, h, H, T, nrows_k, cu, nseq, cmp_off, lst_start, nblk);
+    const float sl2 = scale * LOG2E;
+
+    /* this lane's two keys (fragment rows gq, gq+8 of the warp's 16) */
+    int3 key[2];
+    bool kv[2];
+#pragma unroll
+    for (int hr = 0; hr < 2; ++hr) {
+        const int j = warp * 16 + gq + 8 * hr;
+        kv[hr] = j < kt.nk;
+        key[hr] = kv[hr] ? dkdv_key(kt, j, b, T, cu, nseq, cmp_off) : (int3)(0);
+    }
+    const int j0 = kt.key0 + warp * 16 + gq;
+    uint ka[DK / 4], va[DV / 4];
+    load_afrag(k + at4(k_off, k_st, b, j0, h, 0), kv[0], k + at4(k_off, k_st, b, j0 + 8, h, 0), kv[1], DK, ka);
+    load_afrag(v + at4(v_off, v_st, b, j0, h, 0), kv[0], v + at4(v_off, v_st, b, j0 + 8, h, 0), kv[1], DV, va);
+    float dka[DK / 2], dva[DV / 2];
+#pragma unroll
+    for (int i = 0; i < DK / 2; ++i) dka[i] = 0.0f;
+#pragma unroll
+    for (int i = 0; i < DV / 2; ++i) dva[i] = 0.0f;
+
+    const int nrows = dkdv_rows(kt);
+    for (int r0 = 0; r0 < nrows; r0 += RQ) {
+        barrier(CLK_LOCAL_MEM_FENCE);
+        stage_rows(kt, r0, b, h, lst, q, q_off, q_st, dout, do_off, do_st, gate, g_off, g_st, lse, l_off, l_st, dlt, x_off,
+                   x_st, qs, dos, tok_s, lse_s, d_s, g_s);
+        barrier(CLK_LOCAL_MEM_FENCE);
+        float s[8], dp[8];
+        rows_products(s, ka, qs, QPAD, DK, ws);
+        rows_products(dp, va, dos, DPAD, DV, ws);
+#pragma unroll
+        for (int i = 0; i < 8; ++i) {
+            const int r = 8 * (i >> 2) + 2 * tq + (i & 1), hr = (i >> 1) & 1; /* query row, key row */
+            const int tok = tok_s[r];
+            const bool on = kv[hr] && tok >= 0 && lse_s[r] != -INFINITY && sees(tok, key[hr].x, key[hr].y, key[hr].z);
+            const float p = on ? exp2(s[i] * sl2 - lse_s[r]) : 0.0f;
+            s[i] = p * (g_s[r] * dp[i] - d_s[r]); /* dS^T */
+            dp[i] = g_s[r] * p;                   /* g P^T */
+        }
+        rows_accumulate(dva, dp, dos, DPAD, DV, ws);
+        rows_accumulate(dka, s, qs, QPAD, DK, ws);
+    }
+
+    /* dense [B, nrows_k, H, D] f32 */
+#pragma unroll
+    for (int hr = 0; hr < 2; ++hr) {
+        if (!kv[hr]) continue;
+        const idx_t row = ((idx_t)b * nrows_k + j0 + 8 * hr) * H + h;
+        store_key_row(dk, dk0 + row * DK, DK, dka, hr, scale);
+        store_key_row(dv, dv0 + row * DV, DV, dva, hr, 1.0f);
+    }
+}

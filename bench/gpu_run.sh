@@ -7,8 +7,8 @@
 #   ptx      the warp kernels' PTX (the program binaries NVIDIA's OpenCL
 #            returns) for the anchor configuration, in $OUT/ptx.tgz, to read
 #            with ptxas -v where there is no GPU
-#   bench    `clnsa bench` at the T sweep, window 512 and 0, and the portable
-#            path beside it (CLNSA_MMA=0) at the smaller T
+#   bench    `clnsa bench` at the T sweep, window 512 and 0
+#   portable the portable path (CLNSA_MMA=0) at the smaller T, window 0
 #   sdpa     PyTorch's scaled_dot_product_attention at the same T
 #   variants the NSA forward at T=$VT under register caps and key chunks
 # The log goes to $OUT/log.txt, JSON and plots to $OUT/results.tgz (re-made
@@ -20,12 +20,13 @@ R=${RESULTS:-/tmp/gpu_results}
 mkdir -p "$OUT" "$R"
 exec > >(tee -a "$OUT/log.txt") 2>&1
 save() { tar -czf "$OUT/results.tgz" -C "$R" .; }
-STAGES=${STAGES:-tests ptx bench sdpa variants}
+STAGES=${STAGES:-tests ptx bench portable sdpa variants}
 Ts=${TS:-4096,8192,16384,32768,65536}
 PTs=${PORTABLE_TS:-4096,16384}
 VT=${VT:-16384}
 repeat=${REPEAT:-3}
 BENCH_ARGS=${BENCH_ARGS:---no-dense}
+METHODS=${METHODS:-cmp,topk+slc,slc,swa,nsa}
 on() { case " $STAGES " in *" $1 "*) return 0 ;; esac; return 1; }
 
 meson setup build-gpu --buildtype=release >/dev/null && ninja -C build-gpu >/dev/null || exit 1
@@ -41,7 +42,7 @@ if on tests; then
     [ -d "$golden" ] && export CLNSA_GOLDEN_DIR=$golden # else test_golden skips
     for t in ${TESTS:-test_warp test_nsa_fwd test_nsa_bwd test_golden test_api test_guard}; do
         echo "== $t (NVIDIA OpenCL)"
-        (cd build-gpu && CLNSA_EXE=$PWD/clnsa timeout 300 "tests/$t" 2>&1 | tail -8)
+        (cd build-gpu && CLNSA_EXE=$PWD/clnsa timeout 300 "tests/$t" 2>&1 | grep -E "rel L2|error|Error|FAILED|PASSED|differ|warp kernels" | head -20)
     done
 fi
 
@@ -56,13 +57,16 @@ fi
 
 if on bench; then
     echo "== clnsa bench, window 512 (the tensor-core path on bf16)"
-    bench --T "$Ts" $BENCH_ARGS --json "$R/bench_w512.json" --svg "$R/bench_w512.svg"
+    bench --T "$Ts" $BENCH_ARGS --methods "$METHODS" --json "$R/bench_w512.json" --svg "$R/bench_w512.svg"
     save
     echo "== clnsa bench, window 0"
-    bench --T "$Ts" $BENCH_ARGS --window 0 --methods cmp,topk+slc,slc,nsa --json "$R/bench_w0.json" --svg "$R/bench_w0.svg"
+    bench --T "$Ts" $BENCH_ARGS --window 0 --methods "$METHODS" --json "$R/bench_w0.json" --svg "$R/bench_w0.svg"
     save
+fi
+
+if on portable; then
     echo "== clnsa bench, portable path (CLNSA_MMA=0), window 0"
-    CLNSA_MMA=0 bench --T "$PTs" $BENCH_ARGS --window 0 --methods slc,nsa --json "$R/bench_portable.json"
+    CLNSA_MMA=0 bench --T "$PTs" $BENCH_ARGS --window 0 --methods "$METHODS" --json "$R/bench_portable.json"
     save
 fi
 

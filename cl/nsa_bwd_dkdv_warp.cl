@@ -94,7 +94,9 @@ inline void store_key_row(__global float *g, idx_t at, int dim, const float *c, 
 __kernel __attribute__((reqd_work_group_size(NW * WARP, 1, 1))) void nsa_bwd_dkdv(DKDV_ARGS)
 {
     __local uint wscr[NW * WARP_SCRATCH];
-    __local ushort q_raw[RQ * QPAD], do_raw[RQ * DPAD]; /* f16 arrays need cl_khr_fp16: their bits */
+    /* read and written in 16-byte pieces: uint4 arrays for the alignment
+     * (f16 arrays would need cl_khr_fp16 anyway) */
+    __local uint4 q_raw[RQ * QPAD / 8], do_raw[RQ * DPAD / 8];
     __local store_t *qs = (__local store_t *)q_raw, *dos = (__local store_t *)do_raw;
     __local int tok_s[RQ];
     __local float lse_s[RQ], d_s[RQ], g_s[RQ];

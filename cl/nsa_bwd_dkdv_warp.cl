@@ -11,8 +11,13 @@
  *   dS^T = P^T (g dP^T - D), dV += (g P^T) dO, dK += scale dS^T Q.
  * dK, dV are owned by their keys: written once, no atomics.
  *
- * Defines (besides nsa_dkdv.h): NW, DK, DV, ACCUM, TKK = 16*NW; RQ = 16.
- * NDRange: (32 * NW * tiles, H, B).
+ * The compressed branch has few key tiles and many rows each: NSPLIT > 1
+ * splits each tile's rows into NSPLIT parts, each group writing its part's
+ * sums to its own slice of dk / dv ([NSPLIT][B, rows, H, D]), and
+ * nsa_dkdv_sum adds the slices in split order: still deterministic.
+ *
+ * Defines (besides nsa_dkdv.h): NW, DK, DV, ACCUM, NSPLIT, TKK = 16*NW;
+ * RQ = 16. NDRange: (32 * NW * tiles * NSPLIT, H, B).
  */
 
 #define RQ 16
@@ -79,15 +84,15 @@ inline void rows_accumulate(float *c, const float *p, __local const store_t *x, 
     mma_cols(c, a0, a1, a2, a3, x0, x1, x8, x9, dim, ws);
 }
 
-/* Adds (ACCUM) or writes the lane's values of key row kr of a dense f32
- * [B, rows, H, dim] gradient, times scale. */
+/* Adds (ACCUM, unsplit) or writes the lane's values of key row kr of a
+ * dense f32 [B, rows, H, dim] gradient, times scale. */
 inline void store_key_row(__global float *g, idx_t at, int dim, const float *c, int hr, float scale)
 {
     const int d0 = 2 * (lane_id() & 3) * (dim / 8);
 #pragma unroll
     for (int e = 0; e < dim / 4; ++e) {
         const float x = scale * row_value(c, dim, hr, e);
-        g[at + d0 + e] = ACCUM ? g[at + d0 + e] + x : x;
+        g[at + d0 + e] = ACCUM && NSPLIT == 1 ? g[at + d0 + e] + x : x;
     }
 }
 
@@ -107,7 +112,8 @@ __kernel __attribute__((reqd_work_group_size(NW * WARP, 1, 1))) void nsa_bwd_dkd
     cmp_off += cmp_off0;
     lst += lst0;
     lst_start += lst_start0;
-    const dkdv_tile kt = dkdv_tile_of(get_group_id(0), b, h, H, T, nrows_k, cu, nseq, cmp_off, lst_start, nblk);
+    const int split = get_group_id(0) % NSPLIT;
+    const dkdv_tile kt = dkdv_tile_of(get_group_id(0) / NSPLIT, b, h, H, T, nrows_k, cu, nseq, cmp_off, lst_start, nblk);
     const float sl2 = scale * LOG2E;
 
     /* this lane's two keys (fragment rows gq, gq+8 of the warp's 16) */
@@ -129,8 +135,10 @@ __kernel __attribute__((reqd_work_group_size(NW * WARP, 1, 1))) void nsa_bwd_dkd
 #pragma unroll
     for (int i = 0; i < DV / 2; ++i) dva[i] = 0.0f;
 
-    const int nrows = dkdv_rows(kt);
-    for (int r0 = 0; r0 < nrows; r0 += RQ) {
+    /* this split's rows: whole chunks of RQ */
+    const int nrows = dkdv_rows(kt), per = (nrows + RQ * NSPLIT - 1) / (RQ * NSPLIT) * RQ;
+    const int r_end = min(nrows, (split + 1) * per);
+    for (int r0 = split * per; r0 < r_end; r0 += RQ) {
         barrier(CLK_LOCAL_MEM_FENCE);
         stage_rows(kt, r0, b, h, lst, q, q_off, q_st, dout, do_off, do_st, gate, g_off, g_st, lse, l_off, l_st, dlt, x_off,
                    x_st, qs, dos, tok_s, lse_s, d_s, g_s);
@@ -151,12 +159,23 @@ __kernel __attribute__((reqd_work_group_size(NW * WARP, 1, 1))) void nsa_bwd_dkd
         rows_accumulate(dka, s, qs, QPAD, DK, ws);
     }
 
-    /* dense [B, nrows_k, H, D] f32 */
+    /* dense [B, nrows_k, H, D] f32, this split's slice */
+    const idx_t slice = (idx_t)split * get_num_groups(2) * nrows_k * H;
 #pragma unroll
     for (int hr = 0; hr < 2; ++hr) {
         if (!kv[hr]) continue;
-        const idx_t row = ((idx_t)b * nrows_k + j0 + 8 * hr) * H + h;
+        const idx_t row = slice + ((idx_t)b * nrows_k + j0 + 8 * hr) * H + h;
         store_key_row(dk, dk0 + row * DK, DK, dka, hr, scale);
         store_key_row(dv, dv0 + row * DV, DV, dva, hr, 1.0f);
     }
+}
+
+/* dst[i] (+)= the sum of the NSPLIT slices' element i, in split order. */
+__kernel void nsa_dkdv_sum(__global const float *part, idx_t part0, __global float *dst, idx_t dst0, idx_t n)
+{
+    const idx_t i = get_global_id(0);
+    if (i >= n) return;
+    float sum = 0.0f;
+    for (int s = 0; s < NSPLIT; ++s) sum += part[part0 + (idx_t)s * n + i];
+    dst[dst0 + i] = ACCUM ? dst[dst0 + i] + sum : sum;
 }

@@ -229,7 +229,7 @@ static void test_reject_before_compiling(void **state)
     nsa_run_setup(&env, &r, &c, 5);
     nsa_run_forward(&env, &r); /* the other programs of the forward exist now */
     const unsigned builds = env.ctx->stats.builds, hits = env.ctx->stats.disk_hits;
-    tune_hook h = {env.ctx, TF_NSA_FWD, {v[0], v[1], v[2], 0}, false, NULL, {0}, 0};
+    tune_hook h = {.ctx = env.ctx, .family = TF_NSA_FWD, .v = {v[0], v[1], v[2], 0}};
     tune_hook_set(&h);
     size_t ws_bytes = 0;
     assert_int_equal(clnsa_nsa_forward_workspace_size(env.ctx, env.queue, &r.cfg, &r.in, &r.out, &ws_bytes), CLNSA_SUCCESS);

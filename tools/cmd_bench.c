@@ -18,6 +18,7 @@
  * 0), dense (causal, every key). */
 #include "cli_common.h"
 #include "cmds.h"
+#include "tuning/tuning.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -29,7 +30,7 @@ static const char *const method_names[M_COUNT] = {"cmp", "topk+slc", "slc", "swa
 
 typedef struct {
     int HQ, H, D, window, repeat, dtype, S, block;
-    bool no_bwd, no_dense, no_startup;
+    bool no_bwd, no_dense, no_startup, profile;
     const char *Ts, *json, *svg, *device, *methods;
 } bench_opts;
 
@@ -185,6 +186,40 @@ static int cmp_double(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
+/* One more run of the op with every kernel's event kept: prints each
+ * kernel's device time (summed over its launches) on one line. */
+static void profile_once(const cli_env *env, method_call *c, bool bwd, cl_mem ws, size_t bytes, const char *method, int T)
+{
+    tune_hook h = {.ctx = env->ctx, .family = -1, .capture = "*"};
+    cl_event done = NULL, start;
+    cl_int err;
+    start = clCreateUserEvent(env->cl, &err);
+    if (err != CL_SUCCESS) return;
+    tune_hook_set(&h);
+    const clnsa_status st = enqueue(env, c, bwd, ws, bytes, start, &done);
+    tune_hook_set(NULL);
+    clSetUserEventStatus(start, CL_COMPLETE);
+    clReleaseEvent(start);
+    if (st == CLNSA_SUCCESS && done) clWaitForEvents(1, &done);
+    if (done) clReleaseEvent(done);
+    const char *names[PLAN_MAX_STEPS];
+    double ms[PLAN_MAX_STEPS];
+    int n = 0;
+    for (int i = 0; i < h.nevents; ++i) {
+        cl_ulong t0 = 0, t1 = 0;
+        clGetEventProfilingInfo(h.events[i], CL_PROFILING_COMMAND_START, sizeof t0, &t0, NULL);
+        clGetEventProfilingInfo(h.events[i], CL_PROFILING_COMMAND_END, sizeof t1, &t1, NULL);
+        clReleaseEvent(h.events[i]);
+        int k = 0;
+        while (k < n && strcmp(names[k], h.event_kernels[i]) != 0) ++k;
+        if (k == n) names[n] = h.event_kernels[i], ms[n++] = 0;
+        ms[k] += t1 > t0 ? (double)(t1 - t0) * 1e-6 : 0;
+    }
+    printf("\n  profile %s %s T=%d (ms):", method, bwd ? "bwd" : "fwd", T);
+    for (int k = 0; k < n; ++k) printf(" %s %.3f", names[k], ms[k]);
+    printf("\n        ");
+}
+
 /* Median forward and backward ms of one method at one T (each run's
  * backward right after its forward, so it sees that forward's saved
  * tensors); -1 where not asked or failed. */
@@ -223,6 +258,8 @@ static void time_method(const cli_env *env, const bench_opts *o, int T, clnsa_dt
         }
         runs = it + 1;
     }
+    if (o->profile && runs == o->repeat)
+        for (int pass = 0; pass < (bwd ? 2 : 1); ++pass) profile_once(env, &c, pass == 1, ws, bytes, method_names[m], T);
 out:
     clReleaseMemObject(ws);
     if (runs < o->repeat) return;
@@ -415,7 +452,7 @@ static void write_svg(const char *path, const cli_env *env, const bench_row *row
 
 int cmd_bench(int argc, char **argv)
 {
-    bench_opts o = {64, 4, 128, 512, 5, 2, 16, 64, false, false, false, "4096,8192,16384,32768,65536", NULL, NULL, NULL, NULL};
+    bench_opts o = {64, 4, 128, 512, 5, 2, 16, 64, false, false, false, false, "4096,8192,16384,32768,65536", NULL, NULL, NULL, NULL};
     const cli_opt opts[] = {
         {"--T", OPT_STRING, &o.Ts, 0, 0, NULL, "LIST", "tokens, comma-separated (default 4096,8192,16384,32768,65536)"},
         {"--HQ", OPT_INT, &o.HQ, 1, 1024, NULL, "N", "query heads (default 64)"},
@@ -429,6 +466,7 @@ int cmd_bench(int argc, char **argv)
         {"--no-bwd", OPT_FLAG, &o.no_bwd, 0, 0, NULL, NULL, "forward only"},
         {"--no-dense", OPT_FLAG, &o.no_dense, 0, 0, NULL, NULL, "skip the dense causal baseline"},
         {"--no-startup", OPT_FLAG, &o.no_startup, 0, 0, NULL, NULL, "skip the start-up timing"},
+        {"--profile", OPT_FLAG, &o.profile, 0, 0, NULL, NULL, "after each method's timing, one more run: the time of each kernel"},
         {"--methods", OPT_STRING, &o.methods, 0, 0, NULL, "LIST", "methods to time, comma-separated (default all: cmp,topk+slc,slc,swa,nsa,dense)"},
         {"--json", OPT_STRING, &o.json, 0, 0, NULL, "FILE", "write the results as JSON"},
         {"--svg", OPT_STRING, &o.svg, 0, 0, NULL, "FILE", "write a plot of ms against T per method"},

@@ -397,7 +397,7 @@ typedef struct {
 /* Builds candidate i's programs (both setups) with the hook's build-only mode. */
 static void build_one(builder *b, candidate *c)
 {
-    tune_hook h = {b->env->ctx, b->family, {0}, true, NULL, {0}, 0};
+    tune_hook h = {.ctx = b->env->ctx, .family = b->family, .build_only = true};
     memcpy(h.v, c->v, sizeof h.v);
     tune_hook_set(&h);
     clnsa_status st = CLNSA_SUCCESS;
@@ -454,7 +454,7 @@ static void wait_built(builder *b, candidate *c, bool threads)
  * the family's kernel in *ms when ms is non-NULL. */
 static int run_forced(const cli_env *env, op_setup *s, int family, const int *v, double *ms)
 {
-    tune_hook h = {env->ctx, family, {0}, false, ms ? tune_families[family].kernel : NULL, {0}, 0};
+    tune_hook h = {.ctx = env->ctx, .family = family, .capture = ms ? tune_families[family].kernel : NULL};
     memcpy(h.v, v, sizeof h.v);
     cl_event ev = NULL;
     tune_hook_set(&h);
@@ -503,7 +503,7 @@ static int grow_workspace(const cli_env *env, op_setup *s, int family, const can
 {
     size_t need = s->ws_bytes;
     for (int i = 0; i < n; ++i) {
-        tune_hook h = {env->ctx, family, {0}, true, NULL, {0}, 0};
+        tune_hook h = {.ctx = env->ctx, .family = family, .build_only = true};
         memcpy(h.v, c[i].v, sizeof h.v);
         size_t bytes = 0;
         tune_hook_set(&h);

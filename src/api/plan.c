@@ -87,6 +87,7 @@ static clnsa_status enqueue_gemm(clnsa_context *ctx, const plan_step *s, cmd_cha
 /* Is `name` one of the comma-separated names of `list`? */
 static bool name_listed(const char *name, const char *list)
 {
+    if (strcmp(list, "*") == 0) return true;
     const size_t n = strlen(name);
     for (const char *p = list; *p;) {
         const char *end = strchr(p, ',');
@@ -106,9 +107,11 @@ clnsa_status plan_enqueue(clnsa_context *ctx, const op_plan *p, cmd_chain *chain
         clnsa_status st = s->kind == PLAN_GEMM ? enqueue_gemm(ctx, s, chain)
                                                : chain_kernel(ctx, chain, s->kernel, s->global, s->local);
         if (st != CLNSA_SUCCESS) return st;
-        if (h && h->capture && s->kind == PLAN_KERNEL && name_listed(s->name, h->capture) && h->nevents < 8 &&
-            clRetainEvent(chain->last) == CL_SUCCESS)
+        if (h && h->capture && s->kind == PLAN_KERNEL && name_listed(s->name, h->capture) && h->nevents < PLAN_MAX_STEPS &&
+            clRetainEvent(chain->last) == CL_SUCCESS) {
+            h->event_kernels[h->nevents] = s->name;
             h->events[h->nevents++] = chain->last;
+        }
     }
     return CLNSA_SUCCESS;
 }

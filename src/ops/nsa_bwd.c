@@ -32,7 +32,8 @@ static const char *const index_files[] = {"common.h", "nsa_ranges.h", "nsa_selec
 typedef struct {
     nsa_workspace fwd;
     size_t blk_off, dlt[3], dk32, dv32, dkc32, dvc32, dx, dw32, cnt, lst_start, lst;
-    int nblk, chunk, nchunk;
+    size_t split_part; /* the compressed dk/dv pass's per-split sums (warp path) */
+    int nblk, chunk, nchunk, nsplit;
     size_t total;
 } bwd_workspace;
 
@@ -130,6 +131,17 @@ static clnsa_status gemm_scratch(clnsa_context *ctx, cl_command_queue queue, con
     return CLNSA_SUCCESS;
 }
 
+/* The warp path's compressed dk/dv pass has one work-group per 16*NW keys
+ * (a few dozen): its rows are split so that there are about 8 groups per
+ * compute unit (nominal tiles of 64 keys), up to 32 splits. */
+static int cmp_splits(const clnsa_context *ctx, const nsa_problem *pb)
+{
+    if (pb->warp == WARP_OFF || !pb->has_cmp) return 1;
+    const int64_t tiles = ((int64_t)pb->nc_rows + 63) / 64 * pb->H * pb->B;
+    const int64_t want = ((int64_t)ctx->info.compute_units * 8 + tiles - 1) / (tiles ? tiles : 1);
+    return (int)(want < 1 ? 1 : want > 32 ? 32 : want);
+}
+
 static clnsa_status plan_bwd_workspace(clnsa_context *ctx, cl_command_queue queue, const nsa_problem *pb,
                                        bwd_workspace *w)
 {
@@ -169,6 +181,9 @@ static clnsa_status plan_bwd_workspace(clnsa_context *ctx, cl_command_queue queu
             w->dw32 = take(&cur, l * dmax * dmax * sizeof(float));
         }
     }
+    w->nsplit = cmp_splits(ctx, pb);
+    if (w->nsplit > 1)
+        w->split_part = take(&cur, (size_t)w->nsplit * rows * H * (size_t)(pb->DK + pb->DV) * sizeof(float));
     if (pb->has_slc) {
         const int bs = pb->cfg.block_size;
         w->nblk = (pb->T + bs - 1) / bs + (pb->varlen ? pb->N : 0);
@@ -292,9 +307,12 @@ static clnsa_status plan_dkdv(clnsa_context *ctx, op_plan *p, const nsa_problem 
         return cx_fail(ctx, CLNSA_ERROR_UNSUPPORTED_DEVICE, "device: the dk/dv pass needs more local memory than the %llu bytes it has",
                        (unsigned long long)ctx->info.local_mem_size);
     char d[2560];
+    const int nsplit = branch == 0 ? w->nsplit : 1;
     if (warp) /* a warp per 16 keys */
-        snprintf(d, sizeof d, "%s#define NW %zu\n#define TKK %zu\n#define KC 16\n#define MMA_NV %d\n#define BRANCH %d\n#define ACCUM %d\n",
-                 defines, wp.wg / 32, wp.wg / 2, pb->warp == WARP_NV, branch, accum ? 1 : 0);
+        snprintf(d, sizeof d,
+                 "%s#define NW %zu\n#define TKK %zu\n#define KC 16\n#define MMA_NV %d\n#define BRANCH %d\n#define ACCUM %d\n"
+                 "#define NSPLIT %d\n",
+                 defines, wp.wg / 32, wp.wg / 2, pb->warp == WARP_NV, branch, accum ? 1 : 0, nsplit);
     else
         snprintf(d, sizeof d, "%s#define WG %zu\n#define TKK %d\n#define RQ %d\n#define DK_N %zu\n#define DV_N %zu\n#define BRANCH %d\n#define ACCUM %d\n",
                  defines, dp.wg, dp.tkk, dp.rq, ((size_t)dp.tkk * pb->DK + dp.wg - 1) / dp.wg,
@@ -305,7 +323,7 @@ static clnsa_status plan_dkdv(clnsa_context *ctx, op_plan *p, const nsa_problem 
     CHECK(program_get(ctx, warp ? dkdv_warp_files : dkdv_files, d, &prog));
     const int bs = pb->cfg.block_size, nsub = (bs + tkk - 1) / tkk;
     const int nkeys = branch == 0 ? pb->nc_rows : pb->T;
-    const size_t groups = branch == 1 ? (size_t)w->nblk * nsub : (size_t)(nkeys + tkk - 1) / tkk;
+    const size_t groups = (branch == 1 ? (size_t)w->nblk * nsub : (size_t)(nkeys + tkk - 1) / tkk) * (size_t)nsplit;
     kargs a;
     CHECK(plan_add_kernel(ctx, p, prog, "nsa_bwd_dkdv", (size_t[3]){wg * groups, (size_t)pb->H, (size_t)pb->B}, wg, &a,
                           pb->idx_long));
@@ -325,13 +343,28 @@ static clnsa_status plan_dkdv(clnsa_context *ctx, op_plan *p, const nsa_problem 
     ka_tensor(&a, x->dout);
     ka_tensor(&a, lses[branch]);
     ka_tensor(&a, &x->dlt[branch]);
+    /* split: the slices, then their sums into the f32 gradients */
+    const size_t nk = (size_t)pb->B * nkeys * pb->H, part_v = w->split_part + (size_t)nsplit * nk * pb->DK * 4;
     ka_mem(&a, x->ws);
-    ka_idx(&a, (int64_t)((branch == 0 ? w->dkc32 : w->dk32) / 4));
+    ka_idx(&a, (int64_t)((nsplit > 1 ? w->split_part : branch == 0 ? w->dkc32 : w->dk32) / 4));
     ka_mem(&a, x->ws);
-    ka_idx(&a, (int64_t)((branch == 0 ? w->dvc32 : w->dv32) / 4));
+    ka_idx(&a, (int64_t)((nsplit > 1 ? part_v : branch == 0 ? w->dvc32 : w->dv32) / 4));
     ka_int(&a, pb->T);
     ka_float(&a, pb->cfg.scale);
-    return plan_args_done(ctx, &a, "nsa_bwd_dkdv arguments");
+    CHECK(plan_args_done(ctx, &a, "nsa_bwd_dkdv arguments"));
+    const size_t parts[2] = {w->split_part, part_v}, dst[2] = {branch == 0 ? w->dkc32 : w->dk32, branch == 0 ? w->dvc32 : w->dv32};
+    const int dims[2] = {pb->DK, pb->DV};
+    for (int i = 0; nsplit > 1 && i < 2; ++i) {
+        const size_t n = nk * (size_t)dims[i];
+        CHECK(plan_add_kernel(ctx, p, prog, "nsa_dkdv_sum", (size_t[3]){n, 1, 1}, 64, &a, pb->idx_long));
+        ka_mem(&a, x->ws);
+        ka_idx(&a, (int64_t)(parts[i] / 4));
+        ka_mem(&a, x->ws);
+        ka_idx(&a, (int64_t)(dst[i] / 4));
+        ka_idx(&a, (int64_t)n);
+        CHECK(plan_args_done(ctx, &a, "nsa_dkdv_sum arguments"));
+    }
+    return CLNSA_SUCCESS;
 }
 
 static void compress_row_args(kargs *a, const nsa_problem *pb, const bwd_args *x)

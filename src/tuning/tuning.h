@@ -180,16 +180,17 @@ void tune_file_free(tune_file *f);
  * `v` for `family` (validated like any candidate; -1 = none), build only
  * (build_only: programs are built and kernels made, nothing is enqueued),
  * and keep the events of the kernels named in `capture` (a comma-separated
- * list, as tune_family.kernel; retained: the tuner
- * releases them). Thread-local: a background thread building candidates
+ * list, as tune_family.kernel, or "*"; retained: the tuner releases them);
+ * family -1 forces nothing. Thread-local: a background thread building candidates
  * and the timing thread each set their own. */
 typedef struct {
     const clnsa_context *ctx;
     int family;
     int v[TUNE_MAX_PARAMS];
     bool build_only;
-    const char *capture;
-    cl_event events[8];
+    const char *capture; /* "*": every kernel (clnsa bench --profile) */
+    cl_event events[PLAN_MAX_STEPS];
+    const char *event_kernels[PLAN_MAX_STEPS]; /* the kernel of each event */
     int nevents;
 } tune_hook;
 

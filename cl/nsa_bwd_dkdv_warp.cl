@@ -14,7 +14,9 @@
  * The compressed branch has few key tiles and many rows each: NSPLIT > 1
  * splits each tile's rows into NSPLIT parts, each group writing its part's
  * sums to its own slice of dk / dv ([NSPLIT][B, rows, H, D]), and
- * nsa_dkdv_sum adds the slices in split order: still deterministic.
+ * nsa_dkdv_sum adds the slices in split order: still deterministic. The
+ * heavy blocks of the selected branch (nsa_dkdv.h) take the same way, their
+ * slices summed by nsa_dkdv_sum_heavy into the blocks' token rows.
  *
  * Defines (besides nsa_dkdv.h): NW, DK, DV, ACCUM, NSPLIT, TKK = 16*NW;
  * RQ = 16. NDRange: (32 * NW * tiles * NSPLIT, H, B).
@@ -159,12 +161,14 @@ __kernel __attribute__((reqd_work_group_size(NW * WARP, 1, 1))) void nsa_bwd_dkd
         rows_accumulate(dka, s, qs, QPAD, DK, ws);
     }
 
-    /* dense [B, nrows_k, H, D] f32, this split's slice */
+    /* dense [B, nrows_k, H, D] f32, this split's slice; the heavy pass's
+     * rows are the heavy blocks' keys in order (nrows_k of them) */
     const idx_t slice = (idx_t)split * get_num_groups(2) * nrows_k * H;
+    const int krow = HEAVY_PASS ? (int)(get_group_id(0) / NSPLIT) * TKK + warp * 16 + gq : j0;
 #pragma unroll
     for (int hr = 0; hr < 2; ++hr) {
         if (!kv[hr]) continue;
-        const idx_t row = slice + ((idx_t)b * nrows_k + j0 + 8 * hr) * H + h;
+        const idx_t row = slice + ((idx_t)b * nrows_k + krow + 8 * hr) * H + h;
         store_key_row(dk, dk0 + row * DK, DK, dka, hr, scale);
         store_key_row(dv, dv0 + row * DV, DV, dva, hr, 1.0f);
     }
@@ -179,3 +183,33 @@ __kernel void nsa_dkdv_sum(__global const float *part, idx_t part0, __global flo
     for (int s = 0; s < NSPLIT; ++s) sum += part[part0 + (idx_t)s * n + i];
     dst[dst0 + i] = ACCUM ? dst[dst0 + i] + sum : sum;
 }
+
+#if HEAVY_PASS
+/* The heavy pass's slices (nh key rows per batch row: heavy block hb's key
+ * kk at row hb*NSUB*TKK + kk) summed in split order into the f32 [B, T, H, D]
+ * gradient's rows of those keys' tokens. */
+__kernel void nsa_dkdv_sum_heavy(__global const float *part, idx_t part0, __global float *dst, idx_t dst0, int nh,
+                                 int H, int D, int T, __global const int *cu, idx_t cu0, int nseq,
+                                 __global const int *cmp_off, idx_t cmp_off0, int nblk)
+{
+    cu += cu0;
+    cmp_off += cmp_off0;
+    const idx_t i = get_global_id(0), n = (idx_t)get_global_size(1) * nh * H * D;
+    const int b = get_global_id(1);
+    const idx_t at = (idx_t)b * nh * H * D + i;
+    if (i >= (idx_t)nh * H * D) return;
+    const int d = i % D, h = i / D % H, kr = i / ((idx_t)D * H);
+    const int hb = kr / (NSUB * TKK), kk = kr % (NSUB * TKK), blk = heavy_block(hb, nblk, cmp_off);
+    (void)nseq;
+#if VARLEN
+    const int s = hb / INIT_BLOCKS, start = clamp(cu[s], 0, T), end = clamp(cu[s + 1], start, T);
+    const int tok = start + (blk - (blk >= 0 ? cmp_off[s] : 0)) * BS + kk;
+#else
+    const int end = T, tok = blk * BS + kk;
+#endif
+    if (blk < 0 || kk >= BS || tok >= end) return;
+    float sum = 0.0f;
+    for (int sp = 0; sp < NSPLIT; ++sp) sum += part[part0 + (idx_t)sp * n + at];
+    dst[dst0 + (((idx_t)b * T + tok) * H + h) * D + d] = sum;
+}
+#endif

@@ -13,8 +13,20 @@
  *            WINDOW tokens of each key.
  * Query row rr of a tile is token rr / G of its range, head rr % G.
  *
- * Defines: G, BRANCH, BS, S, CMP_L, CMP_D, WINDOW, VARLEN.
+ * HEAVY (BRANCH 1, warp path, top-k ran): the first INIT_BLOCKS blocks of
+ * each sequence are forced for every token, so their lists hold every row
+ * of the sequence: the main pass leaves them (writing zeros) to a second
+ * launch, HEAVY_PASS, whose groups split their rows NSPLIT ways.
+ *
+ * Defines: G, BRANCH, BS, S, CMP_L, CMP_D, WINDOW, VARLEN, INIT_BLOCKS,
+ * HEAVY, HEAVY_PASS, NSPLIT.
  */
+#ifndef HEAVY
+#define HEAVY 0
+#endif
+#ifndef HEAVY_PASS
+#define HEAVY_PASS 0
+#endif
 
 /* The arguments of both kernels, in the order plan_dkdv() sets them. */
 #define DKDV_ARGS                                                                                              \
@@ -63,14 +75,34 @@ inline int3 dkdv_key(dkdv_tile kt, int j, int b, int T, __global const int *cu, 
 #endif
 }
 
-/* The tile of work-group x (TKK keys; BRANCH 1: block x / NSUB, sub-tile x % NSUB). */
+#define NSUB ((BS + TKK - 1) / TKK) /* BRANCH 1: tiles per selection block */
+
+/* HEAVY_PASS: the block of heavy ordinal hb (INIT_BLOCKS per sequence),
+ * or -1 when the sequence has fewer blocks. */
+inline int heavy_block(int hb, int nblk, __global const int *cmp_off)
+{
+#if VARLEN
+    const int s = hb / INIT_BLOCKS, blk = cmp_off[s] + hb % INIT_BLOCKS;
+    return blk < cmp_off[s + 1] ? blk : -1;
+#else
+    (void)cmp_off;
+    return hb < nblk ? hb : -1;
+#endif
+}
+
+/* The tile of work-group x (TKK keys; BRANCH 1: block x / NSUB, sub-tile
+ * x % NSUB; HEAVY_PASS: heavy ordinal x / NSUB). */
 inline dkdv_tile dkdv_tile_of(int x, int b, int h, int H, int T, int nrows_k, __global const int *cu, int nseq,
                               __global const int *cmp_off, __global const int *lst_start, int nblk)
 {
     dkdv_tile kt;
 #if BRANCH == 1
-    const int NSUB = (BS + TKK - 1) / TKK;
-    const int blk = x / NSUB, sub = x % NSUB;
+    const int sub = x % NSUB;
+#if HEAVY_PASS
+    const int blk = heavy_block(x / NSUB, nblk, cmp_off);
+#else
+    const int blk = x / NSUB;
+#endif
 #if VARLEN
     int s_id = 0;
     {
@@ -84,20 +116,22 @@ inline dkdv_tile dkdv_tile_of(int x, int b, int h, int H, int T, int nrows_k, __
     kt.kstart = clamp(cu[s_id], 0, T);
     kt.kend = clamp(cu[s_id + 1], kt.kstart, T);
     const int jblk = blk - cmp_off[s_id];
-    const bool valid = blk < cmp_off[nseq];
+    const bool valid = blk >= 0 && blk < cmp_off[nseq];
 #else
     (void)cu; (void)nseq; (void)cmp_off;
     kt.kstart = 0;
     kt.kend = T;
     const int jblk = blk;
-    const bool valid = blk < nblk;
+    const bool valid = blk >= 0 && blk < nblk;
 #endif
     kt.kp0 = jblk * BS + sub * TKK;
     kt.nk = valid ? clamp(min(BS - sub * TKK, TKK), 0, max(0, kt.kend - kt.kstart - kt.kp0)) : 0;
     kt.key0 = kt.kstart + kt.kp0;
     const idx_t lbase = ((idx_t)b * H + h) * (nblk + 1);
-    kt.q_lo = valid ? lst_start[lbase + blk] : 0;
-    kt.q_hi = valid ? lst_start[lbase + blk + 1] : 0;
+    /* HEAVY main pass: a heavy block's rows are the second launch's */
+    const bool rows = valid && !(HEAVY && !HEAVY_PASS && jblk < INIT_BLOCKS);
+    kt.q_lo = rows ? lst_start[lbase + blk] : 0;
+    kt.q_hi = rows ? lst_start[lbase + blk + 1] : 0;
     kt.lrow = ((idx_t)b * H + h) * (idx_t)T * S;
 #else
     (void)H; (void)lst_start; (void)nblk;

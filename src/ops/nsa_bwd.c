@@ -28,11 +28,33 @@ static const char *const index_files[] = {"common.h", "nsa_ranges.h", "nsa_selec
         if (st_ != CLNSA_SUCCESS) return st_; \
     } while (0)
 
+/* The warp path's heavy blocks (nsa_dkdv.h): the selected branch's first
+ * INIT_BLOCKS blocks of each sequence when top-k ran, their rows split so
+ * that there are about 8 groups per compute unit, up to 64 splits. nh: the
+ * heavy key rows per batch row (whole tiles of TKK keys per block). */
+typedef struct {
+    int nsplit, nh;
+} heavy_layout;
+
+static heavy_layout heavy_of(const clnsa_context *ctx, const nsa_problem *pb, int tkk)
+{
+    heavy_layout hl = {0, 0};
+    if (pb->warp == WARP_OFF || !pb->has_slc || !pb->run_topk || pb->cfg.init_blocks <= 0 || tkk <= 0) return hl;
+    const int nhb = pb->cfg.init_blocks * (pb->varlen ? pb->N : 1), nsub = (pb->cfg.block_size + tkk - 1) / tkk;
+    const int64_t groups = (int64_t)nhb * nsub * pb->H * pb->B;
+    const int64_t want = ((int64_t)ctx->info.compute_units * 8 + groups - 1) / groups;
+    hl.nsplit = (int)(want < 1 ? 1 : want > 64 ? 64 : want);
+    hl.nh = nhb * nsub * tkk;
+    return hl;
+}
+
 /* Where the backward's own scratch lives, after the forward's (bytes). */
 typedef struct {
     nsa_workspace fwd;
     size_t blk_off, dlt[3], dk32, dv32, dkc32, dvc32, dx, dw32, cnt, lst_start, lst;
     size_t split_part; /* the compressed dk/dv pass's per-split sums (warp path) */
+    size_t heavy_part; /* the heavy blocks' per-split sums (warp path) */
+    heavy_layout heavy;
     int nblk, chunk, nchunk, nsplit;
     size_t total;
 } bwd_workspace;
@@ -184,6 +206,13 @@ static clnsa_status plan_bwd_workspace(clnsa_context *ctx, cl_command_queue queu
     w->nsplit = cmp_splits(ctx, pb);
     if (w->nsplit > 1)
         w->split_part = take(&cur, (size_t)w->nsplit * rows * H * (size_t)(pb->DK + pb->DV) * sizeof(float));
+    if (pb->warp != WARP_OFF) {
+        const tune_problem tpb = nsa_tune_problem(pb);
+        warp_params wp;
+        if (tune_nsa_warp(ctx, TF_NSA_DKDV_WARP, &tpb, &wp) == CLNSA_SUCCESS) w->heavy = heavy_of(ctx, pb, (int)(wp.wg / 2));
+        if (w->heavy.nsplit > 0)
+            w->heavy_part = take(&cur, (size_t)w->heavy.nsplit * pb->B * w->heavy.nh * H * (size_t)(pb->DK + pb->DV) * sizeof(float));
+    }
     if (pb->has_slc) {
         const int bs = pb->cfg.block_size;
         w->nblk = (pb->T + bs - 1) / bs + (pb->varlen ? pb->N : 0);
@@ -294,6 +323,94 @@ static clnsa_status plan_index(clnsa_context *ctx, op_plan *p, const nsa_problem
     return plan_args_done(ctx, &a, "sel_scatter arguments");
 }
 
+/* The arguments of a dk/dv kernel after the key tensors: see DKDV_ARGS. */
+static void dkdv_args(kargs *a, const nsa_problem *pb, const bwd_args *x, int branch, int nrows_k, size_t dk_at, size_t dv_at)
+{
+    const bwd_workspace *w = x->lay;
+    const clnsa_tensor *gates[3] = {&x->in->g_cmp, &x->in->g_slc, &x->in->g_swa};
+    const clnsa_tensor *lses[3] = {&x->saved->lse_cmp, &x->saved->lse_slc, &x->saved->lse_swa};
+    ka_tensor(a, &x->in->q);
+    ka_tensor(a, branch == 0 ? &x->kc : &x->in->k);
+    ka_tensor(a, branch == 0 ? &x->vc : &x->in->v);
+    ka_int(a, nrows_k);
+    ka_tensor(a, gates[branch]);
+    nsa_seq_args(a, pb, x->in, x->ws, branch == 1 ? w->blk_off : w->fwd.cmp_off);
+    ka_mem(a, branch == 1 ? x->ws : NULL);
+    ka_idx(a, (int64_t)(w->lst / 4));
+    ka_mem(a, branch == 1 ? x->ws : NULL);
+    ka_idx(a, (int64_t)(w->lst_start / 4));
+    ka_int(a, w->nblk);
+    ka_tensor(a, x->dout);
+    ka_tensor(a, lses[branch]);
+    ka_tensor(a, &x->dlt[branch]);
+    ka_mem(a, x->ws);
+    ka_idx(a, (int64_t)(dk_at / 4));
+    ka_mem(a, x->ws);
+    ka_idx(a, (int64_t)(dv_at / 4));
+    ka_int(a, pb->T);
+    ka_float(a, pb->cfg.scale);
+}
+
+/* nsa_dkdv_sum(_heavy): each of dk, dv's split slices at part[i], summed
+ * into the f32 gradient at dst[i]. */
+static clnsa_status plan_split_sums(clnsa_context *ctx, op_plan *p, cl_program prog, const nsa_problem *pb,
+                                    const bwd_args *x, bool heavy, int nh, const size_t part[2], const size_t dst[2])
+{
+    const int dims[2] = {pb->DK, pb->DV};
+    const size_t rows = (size_t)(heavy ? nh : pb->nc_rows) * pb->H;
+    for (int i = 0; i < 2; ++i) {
+        kargs a;
+        const size_t n = rows * (size_t)dims[i] * (heavy ? 1 : (size_t)pb->B);
+        CHECK(plan_add_kernel(ctx, p, prog, heavy ? "nsa_dkdv_sum_heavy" : "nsa_dkdv_sum",
+                              (size_t[3]){n, heavy ? (size_t)pb->B : 1, 1}, 64, &a, pb->idx_long));
+        ka_mem(&a, x->ws);
+        ka_idx(&a, (int64_t)(part[i] / 4));
+        ka_mem(&a, x->ws);
+        ka_idx(&a, (int64_t)(dst[i] / 4));
+        if (heavy) {
+            ka_int(&a, nh);
+            ka_int(&a, pb->H);
+            ka_int(&a, dims[i]);
+            ka_int(&a, pb->T);
+            nsa_seq_args(&a, pb, x->in, x->ws, x->lay->blk_off);
+            ka_int(&a, x->lay->nblk);
+        } else {
+            ka_idx(&a, (int64_t)n);
+        }
+        CHECK(plan_args_done(ctx, &a, heavy ? "nsa_dkdv_sum_heavy arguments" : "nsa_dkdv_sum arguments"));
+    }
+    return CLNSA_SUCCESS;
+}
+
+/* One launch of the warp dk/dv kernel: `groups` tiles of tkk keys, split
+ * nsplit ways (pass: 0 main, 1 the heavy blocks), and the sums of the
+ * slices when split. */
+static clnsa_status plan_dkdv_warp(clnsa_context *ctx, op_plan *p, const nsa_problem *pb, const bwd_args *x, int branch,
+                                   bool accum, const char *defines, size_t wg, size_t groups, int pass)
+{
+    const bwd_workspace *w = x->lay;
+    const int tkk = (int)(wg / 2), nsplit = pass ? w->heavy.nsplit : branch == 0 ? w->nsplit : 1;
+    const bool heavy = branch == 1 && w->heavy.nsplit > 0;
+    char d[2560];
+    snprintf(d, sizeof d,
+             "%s#define NW %zu\n#define TKK %d\n#define KC 16\n#define MMA_NV %d\n#define BRANCH %d\n#define ACCUM %d\n"
+             "#define NSPLIT %d\n#define HEAVY %d\n#define HEAVY_PASS %d\n",
+             defines, wg / 32, tkk, pb->warp == WARP_NV, branch, accum ? 1 : 0, nsplit, heavy, pass);
+    cl_program prog;
+    CHECK(program_get(ctx, dkdv_warp_files, d, &prog));
+    kargs a;
+    CHECK(plan_add_kernel(ctx, p, prog, "nsa_bwd_dkdv", (size_t[3]){wg * groups * (size_t)nsplit, (size_t)pb->H, (size_t)pb->B},
+                          wg, &a, pb->idx_long));
+    const int nkeys = pass ? w->heavy.nh : branch == 0 ? pb->nc_rows : pb->T;
+    const size_t slice = (size_t)nsplit * pb->B * nkeys * pb->H * 4, base = pass ? w->heavy_part : w->split_part;
+    const size_t part[2] = {base, base + slice * (size_t)pb->DK};
+    const size_t dst[2] = {branch == 0 ? w->dkc32 : w->dk32, branch == 0 ? w->dvc32 : w->dv32};
+    const bool split = pass || nsplit > 1;
+    dkdv_args(&a, pb, x, branch, nkeys, split ? part[0] : dst[0], split ? part[1] : dst[1]);
+    CHECK(plan_args_done(ctx, &a, "nsa_bwd_dkdv arguments"));
+    return split ? plan_split_sums(ctx, p, prog, pb, x, pass, nkeys, part, dst) : CLNSA_SUCCESS;
+}
+
 /* dk/dv partial sums of one branch (0 cmp, 1 slc, 2 swa). */
 static clnsa_status plan_dkdv(clnsa_context *ctx, op_plan *p, const nsa_problem *pb, const bwd_args *x, int branch,
                               bool accum, const char *defines)
@@ -306,65 +423,27 @@ static clnsa_status plan_dkdv(clnsa_context *ctx, op_plan *p, const nsa_problem 
     if ((warp ? tune_nsa_warp(ctx, TF_NSA_DKDV_WARP, &tpb, &wp) : tune_nsa_dkdv(ctx, &tpb, &dp)) != CLNSA_SUCCESS)
         return cx_fail(ctx, CLNSA_ERROR_UNSUPPORTED_DEVICE, "device: the dk/dv pass needs more local memory than the %llu bytes it has",
                        (unsigned long long)ctx->info.local_mem_size);
-    char d[2560];
-    const int nsplit = branch == 0 ? w->nsplit : 1;
-    if (warp) /* a warp per 16 keys */
-        snprintf(d, sizeof d,
-                 "%s#define NW %zu\n#define TKK %zu\n#define KC 16\n#define MMA_NV %d\n#define BRANCH %d\n#define ACCUM %d\n"
-                 "#define NSPLIT %d\n",
-                 defines, wp.wg / 32, wp.wg / 2, pb->warp == WARP_NV, branch, accum ? 1 : 0, nsplit);
-    else
-        snprintf(d, sizeof d, "%s#define WG %zu\n#define TKK %d\n#define RQ %d\n#define DK_N %zu\n#define DV_N %zu\n#define BRANCH %d\n#define ACCUM %d\n",
-                 defines, dp.wg, dp.tkk, dp.rq, ((size_t)dp.tkk * pb->DK + dp.wg - 1) / dp.wg,
-                 ((size_t)dp.tkk * pb->DV + dp.wg - 1) / dp.wg, branch, accum ? 1 : 0);
-    const size_t wg = warp ? wp.wg : dp.wg;
-    const int tkk = warp ? (int)(wp.wg / 2) : dp.tkk;
-    cl_program prog;
-    CHECK(program_get(ctx, warp ? dkdv_warp_files : dkdv_files, d, &prog));
-    const int bs = pb->cfg.block_size, nsub = (bs + tkk - 1) / tkk;
+    const int tkk = warp ? (int)(wp.wg / 2) : dp.tkk, nsub = (pb->cfg.block_size + tkk - 1) / tkk;
     const int nkeys = branch == 0 ? pb->nc_rows : pb->T;
-    const size_t groups = (branch == 1 ? (size_t)w->nblk * nsub : (size_t)(nkeys + tkk - 1) / tkk) * (size_t)nsplit;
-    kargs a;
-    CHECK(plan_add_kernel(ctx, p, prog, "nsa_bwd_dkdv", (size_t[3]){wg * groups, (size_t)pb->H, (size_t)pb->B}, wg, &a,
-                          pb->idx_long));
-    const clnsa_tensor *gates[3] = {&x->in->g_cmp, &x->in->g_slc, &x->in->g_swa};
-    const clnsa_tensor *lses[3] = {&x->saved->lse_cmp, &x->saved->lse_slc, &x->saved->lse_swa};
-    ka_tensor(&a, &x->in->q);
-    ka_tensor(&a, branch == 0 ? &x->kc : &x->in->k);
-    ka_tensor(&a, branch == 0 ? &x->vc : &x->in->v);
-    ka_int(&a, nkeys);
-    ka_tensor(&a, gates[branch]);
-    nsa_seq_args(&a, pb, x->in, x->ws, branch == 1 ? w->blk_off : w->fwd.cmp_off);
-    ka_mem(&a, branch == 1 ? x->ws : NULL);
-    ka_idx(&a, (int64_t)(w->lst / 4));
-    ka_mem(&a, branch == 1 ? x->ws : NULL);
-    ka_idx(&a, (int64_t)(w->lst_start / 4));
-    ka_int(&a, w->nblk);
-    ka_tensor(&a, x->dout);
-    ka_tensor(&a, lses[branch]);
-    ka_tensor(&a, &x->dlt[branch]);
-    /* split: the slices, then their sums into the f32 gradients */
-    const size_t nk = (size_t)pb->B * nkeys * pb->H, part_v = w->split_part + (size_t)nsplit * nk * pb->DK * 4;
-    ka_mem(&a, x->ws);
-    ka_idx(&a, (int64_t)((nsplit > 1 ? w->split_part : branch == 0 ? w->dkc32 : w->dk32) / 4));
-    ka_mem(&a, x->ws);
-    ka_idx(&a, (int64_t)((nsplit > 1 ? part_v : branch == 0 ? w->dvc32 : w->dv32) / 4));
-    ka_int(&a, pb->T);
-    ka_float(&a, pb->cfg.scale);
-    CHECK(plan_args_done(ctx, &a, "nsa_bwd_dkdv arguments"));
-    const size_t parts[2] = {w->split_part, part_v}, dst[2] = {branch == 0 ? w->dkc32 : w->dk32, branch == 0 ? w->dvc32 : w->dv32};
-    const int dims[2] = {pb->DK, pb->DV};
-    for (int i = 0; nsplit > 1 && i < 2; ++i) {
-        const size_t n = nk * (size_t)dims[i];
-        CHECK(plan_add_kernel(ctx, p, prog, "nsa_dkdv_sum", (size_t[3]){n, 1, 1}, 64, &a, pb->idx_long));
-        ka_mem(&a, x->ws);
-        ka_idx(&a, (int64_t)(parts[i] / 4));
-        ka_mem(&a, x->ws);
-        ka_idx(&a, (int64_t)(dst[i] / 4));
-        ka_idx(&a, (int64_t)n);
-        CHECK(plan_args_done(ctx, &a, "nsa_dkdv_sum arguments"));
+    const size_t groups = branch == 1 ? (size_t)w->nblk * nsub : (size_t)(nkeys + tkk - 1) / tkk;
+    if (warp) { /* a warp per 16 keys */
+        CHECK(plan_dkdv_warp(ctx, p, pb, x, branch, accum, defines, wp.wg, groups, 0));
+        const int nhb = w->heavy.nh / (nsub * tkk);
+        return branch == 1 && w->heavy.nsplit > 0
+                   ? plan_dkdv_warp(ctx, p, pb, x, branch, accum, defines, wp.wg, (size_t)nhb * nsub, 1)
+                   : CLNSA_SUCCESS;
     }
-    return CLNSA_SUCCESS;
+    char d[2560];
+    snprintf(d, sizeof d, "%s#define WG %zu\n#define TKK %d\n#define RQ %d\n#define DK_N %zu\n#define DV_N %zu\n#define BRANCH %d\n#define ACCUM %d\n",
+             defines, dp.wg, dp.tkk, dp.rq, ((size_t)dp.tkk * pb->DK + dp.wg - 1) / dp.wg,
+             ((size_t)dp.tkk * pb->DV + dp.wg - 1) / dp.wg, branch, accum ? 1 : 0);
+    cl_program prog;
+    CHECK(program_get(ctx, dkdv_files, d, &prog));
+    kargs a;
+    CHECK(plan_add_kernel(ctx, p, prog, "nsa_bwd_dkdv", (size_t[3]){dp.wg * groups, (size_t)pb->H, (size_t)pb->B}, dp.wg, &a,
+                          pb->idx_long));
+    dkdv_args(&a, pb, x, branch, nkeys, branch == 0 ? w->dkc32 : w->dk32, branch == 0 ? w->dvc32 : w->dv32);
+    return plan_args_done(ctx, &a, "nsa_bwd_dkdv arguments");
 }
 
 static void compress_row_args(kargs *a, const nsa_problem *pb, const bwd_args *x)

@@ -131,6 +131,7 @@ if want oclgrind; then
     og test_nsa_bwd "all branches G=1"
     og test_nsa_bwd "given k_cmp v_cmp"
     og test_nsa_bwd "linear compression"
+    og test_warp "warp tiny"
     og test_blocksparse "builders"
     og test_blocksparse "B window 5,3 softcap sinks G=8 Tq>Tk"
     og test_blocksparse "A segment AND causal mask 24x40"
@@ -141,7 +142,7 @@ if want oclgrind; then
     done
     # Every kernel of cl/ ran under Oclgrind.
     missing=0
-    for k in $(grep -h -o -E '__kernel( __attribute__\(\(reqd_work_group_size\([A-Z_]+, 1, 1\)\)\))? void [a-z_0-9]+' cl/*.cl | awk '{print $NF}' | sort -u); do
+    for k in $(grep -h -o -E '__kernel( __attribute__\(\(reqd_work_group_size\([A-Z_ *]+, 1, 1\)\)\))? void [a-z_0-9]+' cl/*.cl | awk '{print $NF}' | sort -u); do
         grep -qx "$k" "$OUT/oclgrind-kernels.txt" || { echo "oclgrind: kernel $k was not run"; missing=1; }
     done
     [ "$missing" = 0 ] || exit 1

@@ -448,6 +448,8 @@ static void wait_built(builder *b, candidate *c, bool threads)
     pthread_mutex_unlock(&b->m);
 }
 
+static bool family_is_warp(int family) { return family >= TF_NSA_FWD_WARP; }
+
 /* ------------------------------------------------------- check and time */
 
 /* Runs the op once with the candidate forced; the summed device time of
@@ -575,12 +577,27 @@ static int confirm(const cli_env *env, op_setup *s, family_result *fr, int repea
 static int tune_family_run(const cli_env *env, const tune_opts *o, int family, double deadline, family_result *fr)
 {
     const tune_family *f = &tune_families[family];
-    const bool bwd = family == TF_NSA_BWD_PRE || family == TF_NSA_BWD_DQ || family == TF_NSA_DKDV || family == TF_BS_BWD;
-    const bool given_idx = family == TF_NSA_FWD, bs = family == TF_BS_FWD || family == TF_BS_BWD;
+    const bool bwd = family == TF_NSA_BWD_PRE || family == TF_NSA_BWD_DQ || family == TF_NSA_DKDV || family == TF_BS_BWD ||
+                     family == TF_NSA_DQ_WARP || family == TF_NSA_DKDV_WARP;
+    const bool given_idx = family == TF_NSA_FWD || family == TF_NSA_FWD_WARP, bs = family == TF_BS_FWD || family == TF_BS_BWD;
+    /* The warp families run only on their path, and in f16 / bf16: they are
+     * checked in the timed dtype, within its rounding of the safe default. */
+    const bool warp = family_is_warp(family);
+    const clnsa_dtype check_dt = warp ? cli_dtype_from_choice(o->dtype) : CLNSA_DTYPE_F32;
+    const double tol = warp ? 1e-2 : 1e-5;
     memset(fr, 0, sizeof *fr);
     fr->family = family;
     fr->best = -1;
     tune_problem pb = {o->D, o->DV, o->G, o->block, cli_dtype_from_choice(o->dtype), o->S, o->block, o->block, false, false};
+    if (warp) {
+        const warp_mode wm = device_warp_mode(env->ctx, pb.dtype);
+        if (wm == WARP_OFF) {
+            fprintf(stderr, "clnsa tune: %s: the tensor-core path does not run on this device for --dtype %s (skipped)\n", f->name,
+                    clnsa_dtype_name(pb.dtype));
+            return 1;
+        }
+        pb.warp_emulated = wm == WARP_EMULATED;
+    }
     if (bs) pb.block = pb.S = pb.cmp_block = pb.cmp_stride = 0; /* the class of the block-sparse kernels */
     fr->pb = pb;
     int safe[TUNE_MAX_PARAMS] = {0};
@@ -593,7 +610,7 @@ static int tune_family_run(const cli_env *env, const tune_opts *o, int family, d
     if (!fr->c) return -1;
     op_setup check, timing;
     const int vt = o->verify_T < o->T ? o->verify_T : o->T;
-    if (bs ? bs_setup_make(env, &check, o, vt, CLNSA_DTYPE_F32, bwd) : setup_make(env, &check, o, vt, CLNSA_DTYPE_F32, bwd, given_idx))
+    if (bs ? bs_setup_make(env, &check, o, vt, CLNSA_DTYPE_F32, bwd) : setup_make(env, &check, o, vt, check_dt, bwd, given_idx))
         return -1;
     if (bs ? bs_setup_make(env, &timing, o, o->T, pb.dtype, bwd) : setup_make(env, &timing, o, o->T, pb.dtype, bwd, given_idx)) {
         setup_free(&check);
@@ -632,7 +649,7 @@ static int tune_family_run(const cli_env *env, const tune_opts *o, int family, d
         } else if (run_forced(env, &check, family, c->v, NULL) || result_get(env, &check, i ? &r : &ref)) {
             c->verdict = V_RUN_FAILED;
             snprintf(c->why, sizeof c->why, "the check run failed");
-        } else if (i > 0 && !((c->err = result_error(&r, &ref, o->S)) <= 1e-5)) {
+        } else if (i > 0 && !((c->err = result_error(&r, &ref, o->S)) <= tol)) {
             c->verdict = V_WRONG;
             snprintf(c->why, sizeof c->why, "output differs from the safe default's (rel L2 %.3g)", c->err);
         } else if (time_candidate(env, &timing, family, c->v, o->repeat, &c->ms)) {
@@ -729,7 +746,9 @@ static js_value entry_json(const cli_env *env, const tune_opts *o, const family_
 /* -------------------------------------------------------------- command */
 
 static const char *const family_names = "nsa_fwd, nsa_bwd_pre, nsa_bwd_dq, nsa_topk, nsa_bwd_dkdv (nsa: these five), "
-                                        "blocksparse_fwd, blocksparse_bwd (blocksparse: both); all: every one";
+                                        "blocksparse_fwd, blocksparse_bwd (blocksparse: both), nsa_fwd_warp, "
+                                        "nsa_topk_warp, nsa_bwd_dq_warp, nsa_bwd_dkdv_warp (warp: these four, the "
+                                        "tensor-core path, where the device runs it for --dtype); all: every one";
 
 static void usage(FILE *f, const cli_opt *opts, size_t n)
 {
@@ -752,10 +771,11 @@ static int parse_families(const char *s, bool *on)
     int n = 0;
     for (char *tok = strtok(buf, ","); tok; tok = strtok(NULL, ",")) {
         const bool all = strcmp(tok, "all") == 0, nsa = strcmp(tok, "nsa") == 0, bs = strcmp(tok, "blocksparse") == 0;
-        if (all || nsa || bs) {
+        const bool warp = strcmp(tok, "warp") == 0;
+        if (all || nsa || bs || warp) {
             for (int i = 0; i < TF_COUNT; ++i) {
-                const bool is_bs = i == TF_BS_FWD || i == TF_BS_BWD;
-                on[i] = on[i] || all || (bs && is_bs) || (nsa && !is_bs);
+                const bool is_bs = i == TF_BS_FWD || i == TF_BS_BWD, is_warp = family_is_warp(i);
+                on[i] = on[i] || all || (bs && is_bs) || (nsa && !is_bs && !is_warp) || (warp && is_warp);
             }
             ++n;
             continue;
@@ -833,8 +853,9 @@ int cmd_tune(int argc, char **argv)
         }
         --left;
         family_result fr;
-        if (tune_family_run(&env, &o, f, deadline, &fr)) {
-            ++failed;
+        const int run = tune_family_run(&env, &o, f, deadline, &fr);
+        if (run) { /* 1: does not apply to this device (skipped) */
+            failed += run < 0;
             free(fr.c);
             continue;
         }

@@ -75,16 +75,7 @@ inline void dq_rows(DQ_SMEM_PARAMS, int ng, int lid, __global const float *lse, 
 }
 
 __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void nsa_bwd_dq(
-    NSA_QUERY_ARGS,
-    __global const store_t *dout, idx_t do_off, idx4_t do_st,
-    __global const float *lse_cmp, idx_t lc_off, idx4_t lc_st,
-    __global const float *lse_slc, idx_t ls_off, idx4_t ls_st,
-    __global const float *lse_swa, idx_t lw_off, idx4_t lw_st,
-    __global const float *d_cmp, idx_t xc_off, idx4_t xc_st,
-    __global const float *d_slc, idx_t xs_off, idx4_t xs_st,
-    __global const float *d_swa, idx_t xw_off, idx4_t xw_st,
-    __global store_t *dq_out, idx_t dq_off, idx4_t dq_st,
-    int T, float scale)
+    NSA_QUERY_ARGS, NSA_DQ_OUT_ARGS)
 {
     __local float qs[GT * DK], dos[GT * DV], ks[TK * KPAD(DK)], vs[TK * KPAD(DV)], ps[GT * TK];
     __local float row_lse[GT], row_d[GT], row_g[GT];

@@ -56,16 +56,7 @@ inline void dq_range(const uint *qa, const uint *doa, float *dq, const float *ls
     dq_rows(lse2, dd, gg, ng, lse, lse_base, lse_hs, dlt, dlt_base, dlt_hs, gate, gate_base, gate_hs)
 
 __kernel __attribute__((reqd_work_group_size(NW * WARP, 1, 1))) void nsa_bwd_dq(
-    NSA_QUERY_ARGS,
-    __global const store_t *dout, idx_t do_off, idx4_t do_st,
-    __global const float *lse_cmp, idx_t lc_off, idx4_t lc_st,
-    __global const float *lse_slc, idx_t ls_off, idx4_t ls_st,
-    __global const float *lse_swa, idx_t lw_off, idx4_t lw_st,
-    __global const float *d_cmp, idx_t xc_off, idx4_t xc_st,
-    __global const float *d_slc, idx_t xs_off, idx4_t xs_st,
-    __global const float *d_swa, idx_t xw_off, idx4_t xw_st,
-    __global store_t *dq_out, idx_t dq_off, idx4_t dq_st,
-    int T, float scale)
+    NSA_QUERY_ARGS, NSA_DQ_OUT_ARGS)
 {
     __local uint wscr[NW * WARP_SCRATCH];
     const int warp = get_local_id(0) / WARP, gq = lane_id() >> 2;

@@ -57,29 +57,16 @@ inline void finish_branch_pre(ATTN_SMEM_PARAMS, const float acc[ACC_N], __local 
 }
 
 #if BWD_PRE
-#define O_T const store_t
 #define FINISH(gate, gate_base, gate_hs, lse, lse_base, lse_hs, dg, dg_base, dg_hs)                    \
     finish_branch_pre(ATTN_SMEM, acc, red, lid, ng, o, at4(o_off, o_st, b, t, hq0, 0), o_st.z, o_st.w, \
                       gate, gate_base, gate_hs, lse, lse_base, lse_hs, dg, dg_base, dg_hs)
 #else
-#define O_T store_t
 #define FINISH(gate, gate_base, gate_hs, lse, lse_base, lse_hs, dg, dg_base, dg_hs)                    \
     finish_branch(ATTN_SMEM, acc, out, lid, ng, gate, gate_base, gate_hs, lse, lse_base, lse_hs)
 #endif
 
 __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void nsa_fwd(
-    NSA_QUERY_ARGS,
-    __global O_T *o, idx_t o_off, idx4_t o_st,
-    __global float *lse_cmp, idx_t lc_off, idx4_t lc_st,
-    __global float *lse_slc, idx_t ls_off, idx4_t ls_st,
-    __global float *lse_swa, idx_t lw_off, idx4_t lw_st,
-    int T, float scale
-#if BWD_PRE
-    , __global store_t *dg_cmp, idx_t dc_off, idx4_t dc_st,
-    __global store_t *dg_slc, idx_t ds_off, idx4_t ds_st,
-    __global store_t *dg_swa, idx_t dw_off, idx4_t dw_st
-#endif
-    )
+    NSA_QUERY_ARGS, NSA_FWD_OUT_ARGS)
 {
     __local float qs[GT * DK], ks[TK * KPAD(DK)], vs[TK * DV], ps[GT * TK], m_run[GT], l_run[GT], alpha[GT];
 #if BWD_PRE

@@ -64,30 +64,17 @@ inline void warp_branch_done(const float *m, float *l, const float *acc, __local
 }
 
 #if BWD_PRE
-#define O_T const store_t
 #define DONE(gate, gate_base, gate_hs, lse, lse_base, lse_hs, dg, dg_base, dg_hs)                                   \
     warp_branch_done(m, l, acc, outs, ng, gate, gate_base, gate_hs, lse, lse_base, lse_hs, o,                      \
                      at4(o_off, o_st, b, t, hq0, 0), o_st.z, o_st.w, dg, dg_base, dg_hs, ws)
 #else
-#define O_T store_t
 #define DONE(gate, gate_base, gate_hs, lse, lse_base, lse_hs, dg, dg_base, dg_hs)                                   \
     warp_branch_done(m, l, acc, outs, ng, gate, gate_base, gate_hs, lse, lse_base, lse_hs, NULL, 0, 0, 0, NULL, 0, \
                      0, ws)
 #endif
 
 __kernel __attribute__((reqd_work_group_size(NW * WARP, 1, 1))) void nsa_fwd(
-    NSA_QUERY_ARGS,
-    __global O_T *o, idx_t o_off, idx4_t o_st,
-    __global float *lse_cmp, idx_t lc_off, idx4_t lc_st,
-    __global float *lse_slc, idx_t ls_off, idx4_t ls_st,
-    __global float *lse_swa, idx_t lw_off, idx4_t lw_st,
-    int T, float scale
-#if BWD_PRE
-    , __global store_t *dg_cmp, idx_t dc_off, idx4_t dc_st,
-    __global store_t *dg_slc, idx_t ds_off, idx4_t ds_st,
-    __global store_t *dg_swa, idx_t dw_off, idx4_t dw_st
-#endif
-    )
+    NSA_QUERY_ARGS, NSA_FWD_OUT_ARGS)
 {
     __local uint wscr[NW * WARP_SCRATCH];
     __local float out_all[NW * 16 * DV];

@@ -21,6 +21,33 @@
         idx_t cmp_off0, __global const int *bidx, idx_t bi_off, idx4_t bi_st,             \
         __global const int *bcnt, idx_t bc_off, idx4_t bc_st
 
+/* nsa_fwd's arguments after NSA_QUERY_ARGS (nsa_fwd.cl, nsa_fwd_warp.cl):
+ * o (dout in the prologue), the lse (D_b in the prologue), and with
+ * BWD_PRE the gate gradients. */
+#if BWD_PRE
+#define NSA_FWD_OUT_ARGS                                                                                   \
+    __global const store_t *o, idx_t o_off, idx4_t o_st, __global float *lse_cmp, idx_t lc_off, idx4_t lc_st, \
+        __global float *lse_slc, idx_t ls_off, idx4_t ls_st, __global float *lse_swa, idx_t lw_off,          \
+        idx4_t lw_st, int T, float scale, __global store_t *dg_cmp, idx_t dc_off, idx4_t dc_st,            \
+        __global store_t *dg_slc, idx_t ds_off, idx4_t ds_st, __global store_t *dg_swa, idx_t dw_off,       \
+        idx4_t dw_st
+#else
+#define NSA_FWD_OUT_ARGS                                                                                   \
+    __global store_t *o, idx_t o_off, idx4_t o_st, __global float *lse_cmp, idx_t lc_off, idx4_t lc_st,     \
+        __global float *lse_slc, idx_t ls_off, idx4_t ls_st, __global float *lse_swa, idx_t lw_off,          \
+        idx4_t lw_st, int T, float scale
+#endif
+
+/* nsa_bwd_dq's arguments after NSA_QUERY_ARGS (nsa_bwd_dq.cl,
+ * nsa_bwd_dq_warp.cl): dout, each branch's lse and D, dq. */
+#define NSA_DQ_OUT_ARGS                                                                                    \
+    __global const store_t *dout, idx_t do_off, idx4_t do_st, __global const float *lse_cmp, idx_t lc_off,   \
+        idx4_t lc_st, __global const float *lse_slc, idx_t ls_off, idx4_t ls_st,                            \
+        __global const float *lse_swa, idx_t lw_off, idx4_t lw_st, __global const float *d_cmp,             \
+        idx_t xc_off, idx4_t xc_st, __global const float *d_slc, idx_t xs_off, idx4_t xs_st,                \
+        __global const float *d_swa, idx_t xw_off, idx4_t xw_st, __global store_t *dq_out, idx_t dq_off,    \
+        idx4_t dq_st, int T, float scale
+
 /* Compressed: the first cmp_visible() rows of the sequence's compressed
  * tensor (row0 .. row0 + n - 1), clipped to the rows that exist. */
 inline int cmp_visible(int tl, bool live, int nc_rows, int row0)
@@ -102,4 +129,19 @@ inline void topk_insert(__local float *tv, __local int *ti, float score, int j)
     }
     tv[p] = score;
     ti[p] = j;
+}
+
+/* Writes the list's first block_counts (or S) entries as the row's
+ * selection, -1 for the rest and for unfilled entries; work-item i of n
+ * writes slots i, i+n, ... */
+inline void topk_store(__local const float *tv, __local const int *ti, __global const int *bcnt, idx_t cnt_at,
+                       __global int *bidx, idx_t row, idx_t slot_stride, int i, int n)
+{
+#if HAS_COUNTS
+    const int nsel = clamp(bcnt[cnt_at], 0, S);
+#else
+    (void)bcnt; (void)cnt_at;
+    const int nsel = S;
+#endif
+    for (int s = i; s < S; s += n) bidx[row + (idx_t)s * slot_stride] = (s < nsel && tv[s] > -INFINITY) ? ti[s] : -1;
 }

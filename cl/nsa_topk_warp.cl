@@ -133,11 +133,5 @@ __kernel __attribute__((reqd_work_group_size(NW * WARP, 1, 1))) void nsa_topk(
         }
     }
 
-#if HAS_COUNTS
-    const int nsel = clamp(bcnt[at4(bc_off, bc_st, b, t, h, 0)], 0, S);
-#else
-    const int nsel = S;
-#endif
-    for (int s = lane; s < S; s += WARP)
-        bidx[at4(bi_off, bi_st, b, t, h, s)] = (s < nsel && tv[s] > -INFINITY) ? ti[s] : -1;
+    topk_store(tv, ti, bcnt, at4(bc_off, bc_st, b, t, h, 0), bidx, at4(bi_off, bi_st, b, t, h, 0), bi_st.w, lane, WARP);
 }

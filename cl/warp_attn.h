@@ -119,24 +119,31 @@ inline float row_value(const float *c, int dim, int hr, int e)
     return c[4 * nb + 2 * hr + (e < dim / 8 ? 0 : 1)];
 }
 
-/* Stores scale * (the lane's part of row hr) at row + 2t*dim/8. */
+/* Word i of the lane's part of row hr: values 2i, 2i+1, times scale,
+ * rounded to the storage type. */
+inline uint row_word(const float *c, int dim, int hr, int i, float scale, __local uint *ws)
+{
+    return pack_f32x2(scale * row_value(c, dim, hr, 2 * i), scale * row_value(c, dim, hr, 2 * i + 1), ws);
+}
+
+/* Stores scale * (the lane's part of row hr) at row + 2t*dim/8, in the
+ * widest pieces its dim/8 words allow. */
 inline void store_row(__global store_t *row, int dim, const float *c, int hr, float scale, __local uint *ws)
 {
     const int n = dim / 8; /* words */
     __global store_t *p = row + 2 * (lane_id() & 3) * (dim / 8);
-    uint w[32];
-#pragma unroll
-    for (int i = 0; i < n; ++i)
-        w[i] = pack_f32x2(scale * row_value(c, dim, hr, 2 * i), scale * row_value(c, dim, hr, 2 * i + 1), ws);
     if (n % 4 == 0) {
 #pragma unroll
-        for (int i = 0; i < n / 4; ++i) ((__global uint4 *)p)[i] = (uint4)(w[4 * i], w[4 * i + 1], w[4 * i + 2], w[4 * i + 3]);
+        for (int i = 0; i < n / 4; ++i)
+            ((__global uint4 *)p)[i] = (uint4)(row_word(c, dim, hr, 4 * i, scale, ws), row_word(c, dim, hr, 4 * i + 1, scale, ws),
+                                               row_word(c, dim, hr, 4 * i + 2, scale, ws), row_word(c, dim, hr, 4 * i + 3, scale, ws));
     } else if (n % 2 == 0) {
 #pragma unroll
-        for (int i = 0; i < n / 2; ++i) ((__global uint2 *)p)[i] = (uint2)(w[2 * i], w[2 * i + 1]);
+        for (int i = 0; i < n / 2; ++i)
+            ((__global uint2 *)p)[i] = (uint2)(row_word(c, dim, hr, 2 * i, scale, ws), row_word(c, dim, hr, 2 * i + 1, scale, ws));
     } else {
 #pragma unroll
-        for (int i = 0; i < n; ++i) ((__global uint *)p)[i] = w[i];
+        for (int i = 0; i < n; ++i) ((__global uint *)p)[i] = row_word(c, dim, hr, i, scale, ws);
     }
 }
 

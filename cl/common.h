@@ -48,6 +48,13 @@ inline idx_t at4(idx_t off, idx4_t st, int i0, int i1, int i2, int i3)
 
 inline int ceil_div(int a, int b) { return (a + b - 1) / b; }
 
+/* x - q*d for q = x / d (q, d < 2^23): the remainder of a division the
+ * caller also needs. Not x % d: LLVM turns a division and a remainder of the
+ * same operands into a `freeze`, which Oclgrind 21.10's uninitialized-value
+ * checker cannot run, and x - q*d by a constant back into x % d; mul24 hides
+ * the product from both. */
+inline int rem_of(int x, int q, int d) { return x - mul24(q, d); }
+
 /* The sequence that token t of batch row b belongs to. Without VARLEN a batch
  * row is one sequence of T tokens. With VARLEN, cu_seqlens is clamped so that
  * a malformed array can give wrong results but never an out-of-bounds access;

@@ -38,7 +38,7 @@ inline void stage_rows(dkdv_tile kt, int r0, int b, int h, __global const int *l
 {
     const int lid = get_local_id(0);
     for (int r = lid; r < RQ; r += NW * WARP) {
-        const int rr = r0 + r, tok = dkdv_row_token(kt, rr, lst), hq = h * G + rr % G;
+        const int rr = r0 + r, tok = dkdv_row_token(kt, rr, lst), hq = h * G + dkdv_row_head(rr);
         const float l = tok >= 0 ? lse[at4(l_off, l_st, b, tok, hq, 0)] : -INFINITY;
         tok_s[r] = tok;
         lse_s[r] = l * LOG2E;
@@ -47,8 +47,8 @@ inline void stage_rows(dkdv_tile kt, int r0, int b, int h, __global const int *l
     }
     for (int i = lid; i < RQ * (DK + DV) / 8; i += NW * WARP) {
         const bool is_q = i < RQ * DK / 8;
-        const int j = is_q ? i : i - RQ * DK / 8, per = (is_q ? DK : DV) / 8, r = j / per, c = 8 * (j % per);
-        const int rr = r0 + r, tok = dkdv_row_token(kt, rr, lst), hq = h * G + rr % G;
+        const int j = is_q ? i : i - RQ * DK / 8, per = (is_q ? DK : DV) / 8, r = j / per, c = 8 * rem_of(j, r, per);
+        const int rr = r0 + r, tok = dkdv_row_token(kt, rr, lst), hq = h * G + dkdv_row_head(rr);
         uint4 x = (uint4)(0u);
         if (tok >= 0)
             x = is_q ? *(__global const uint4 *)(q + at4(q_off, q_st, b, tok, hq, c))
@@ -198,8 +198,9 @@ __kernel void nsa_dkdv_sum_heavy(__global const float *part, idx_t part0, __glob
     const int b = get_global_id(1);
     const idx_t at = (idx_t)b * nh * H * D + i;
     if (i >= (idx_t)nh * H * D) return;
-    const int d = i % D, h = i / D % H, kr = i / ((idx_t)D * H);
-    const int hb = kr / (NSUB * TKK), kk = kr % (NSUB * TKK), blk = heavy_block(hb, nblk, cmp_off);
+    const idx_t dh = i / D; /* remainders as in rem_of (common.h) */
+    const int d = (int)(i - dh * D), kr = (int)(dh / H), h = (int)(dh - (idx_t)kr * H);
+    const int hb = kr / (NSUB * TKK), kk = rem_of(kr, hb, NSUB * TKK), blk = heavy_block(hb, nblk, cmp_off);
     (void)nseq;
 #if VARLEN
     const int s = hb / INIT_BLOCKS, start = clamp(cu[s], 0, T), end = clamp(cu[s + 1], start, T);

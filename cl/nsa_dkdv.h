@@ -173,6 +173,9 @@ inline int dkdv_row_token(dkdv_tile kt, int rr, __global const int *lst)
 #endif
 }
 
+/* The head (in the group) of query row rr. */
+inline int dkdv_row_head(int rr) { return rem_of(rr, rr / G, G); }
+
 /* Does token t see key (local position kp, sequence [ks, ke))? */
 inline bool sees(int t, int kp, int ks, int ke)
 {

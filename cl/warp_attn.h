@@ -135,12 +135,13 @@ inline void store_row(__global store_t *row, int dim, const float *c, int hr, fl
     if (n % 4 == 0) {
 #pragma unroll
         for (int i = 0; i < n / 4; ++i)
-            ((__global uint4 *)p)[i] = (uint4)(row_word(c, dim, hr, 4 * i, scale, ws), row_word(c, dim, hr, 4 * i + 1, scale, ws),
-                                               row_word(c, dim, hr, 4 * i + 2, scale, ws), row_word(c, dim, hr, 4 * i + 3, scale, ws));
+            STORE_WORDS(4, (uint4)(row_word(c, dim, hr, 4 * i, scale, ws), row_word(c, dim, hr, 4 * i + 1, scale, ws),
+                                   row_word(c, dim, hr, 4 * i + 2, scale, ws), row_word(c, dim, hr, 4 * i + 3, scale, ws)),
+                        i, p);
     } else if (n % 2 == 0) {
 #pragma unroll
         for (int i = 0; i < n / 2; ++i)
-            ((__global uint2 *)p)[i] = (uint2)(row_word(c, dim, hr, 2 * i, scale, ws), row_word(c, dim, hr, 2 * i + 1, scale, ws));
+            STORE_WORDS(2, (uint2)(row_word(c, dim, hr, 2 * i, scale, ws), row_word(c, dim, hr, 2 * i + 1, scale, ws)), i, p);
     } else {
 #pragma unroll
         for (int i = 0; i < n; ++i) ((__global uint *)p)[i] = row_word(c, dim, hr, i, scale, ws);

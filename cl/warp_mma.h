@@ -35,6 +35,17 @@
 #define WARP_SCRATCH (7 * WARP) /* mma operands, then one word per lane */
 #endif
 
+/* Stores N (2 or 4) words w at piece i of p (N-word aligned): one wide
+ * store on NVIDIA (vstoreN only promises word alignment, so it would be
+ * split). The emulated build uses vstoreN: Oclgrind 21.10 compiles the
+ * vector-pointer store into a store of an undefined vector followed by its
+ * elements and reports the first as an uninitialized write. */
+#if MMA_NV
+#define STORE_WORDS(N, w, i, p) (((__global uint##N *)(p))[i] = (w))
+#else
+#define STORE_WORDS(N, w, i, p) vstore##N((w), (i), (__global uint *)(p))
+#endif
+
 #if STORAGE == 2
 #define MMA_AB "bf16"
 #elif STORAGE == 1

@@ -37,19 +37,19 @@ static int teardown(void **state)
 
 #define BF16 CLNSA_DTYPE_BF16
 #define F16 CLNSA_DTYPE_F16
-static const int cu_w[] = {0, 7, 7, 90, 150};
+static const int cu_w[] = {0, 7, 7, 60, 100};
 
 /* name, B, T, HQ, H, DK, DV, cu, N, bs, S, l, d, w, init, local, cmp, slc, swa, given_idx, counts,
  * given_cmp, linear, pe, dtype */
 static const nsa_case warp_cases[] = {
-    {"warp G=16 D=64 all branches", 1, 83, 32, 2, 64, 64, NULL, 0, 16, 4, 16, 16, 40, 1, 2, true, true, true, false, false, false, false, false, BF16},
-    {"warp G=4 DK=32 DV=64 varlen overlap 16/8", 1, 150, 8, 2, 32, 64, cu_w, 4, 32, 3, 16, 8, 20, 1, 2, true, true, true, false, false, false, false, false, F16},
+    {"warp G=16 D=64 all branches", 1, 45, 16, 1, 64, 64, NULL, 0, 16, 4, 16, 16, 40, 1, 2, true, true, true, false, false, false, false, false, BF16},
+    {"warp G=4 DK=32 DV=64 varlen overlap 16/8", 1, 100, 8, 2, 32, 64, cu_w, 4, 32, 3, 16, 8, 20, 1, 2, true, true, true, false, false, false, false, false, F16},
     {"warp G=20 two head tiles", 1, 45, 20, 1, 32, 32, NULL, 0, 16, 4, 16, 16, 24, 1, 2, true, true, true, false, false, false, false, false, BF16},
     {"warp DK=48 DV=16 given indices and counts", 2, 40, 8, 2, 48, 16, NULL, 0, 8, 5, 8, 8, 0, 1, 2, false, true, false, true, true, false, false, false, BF16},
     {"warp given k_cmp v_cmp, G=2", 2, 50, 4, 2, 32, 32, NULL, 0, 16, 3, 16, 16, 0, 1, 2, true, true, false, false, false, true, false, false, F16},
     {"warp linear compression", 1, 70, 16, 1, 32, 16, NULL, 0, 16, 3, 16, 16, 0, 1, 2, true, true, false, false, false, false, true, true, BF16},
     {"warp T=1", 1, 1, 16, 1, 32, 32, NULL, 0, 16, 4, 16, 16, 8, 1, 2, true, true, true, false, false, false, false, false, BF16},
-    {"warp paper setting 32/16/64, 16 blocks, window 128", 1, 300, 16, 1, 32, 32, NULL, 0, 64, 16, 32, 16, 128, 1, 2, true, true, true, false, false, false, false, false, BF16},
+    {"warp paper setting 32/16/64, 16 blocks, window 128", 1, 200, 16, 1, 32, 32, NULL, 0, 64, 16, 32, 16, 128, 1, 2, true, true, true, false, false, false, false, false, BF16},
     /* small enough for Oclgrind (.ci/matrix.sh): every warp kernel, the split and heavy passes */
     {"warp tiny", 1, 20, 16, 1, 16, 16, NULL, 0, 16, 2, 8, 8, 8, 1, 2, true, true, true, false, false, false, false, false, BF16},
 };
@@ -81,6 +81,19 @@ static void test_forward(void **state)
     assert_true(built("nsa_topk_warp.cl"));
 }
 
+/* Mesa (rusticl): the library refuses the emulated backward, whose dk/dv
+ * llvmpipe gets wrong (docs/RELIABILITY.md): the refusal is what is checked,
+ * with no event and nothing enqueued. */
+static bool backward_refused(bwd_bufs *b, const nsa_run *r)
+{
+    if (clnsa_context_device_info(env.ctx)->vendor != CLNSA_VENDOR_MESA) return false;
+    bool got_event = true;
+    assert_int_equal(bwd_enqueue_wait(&env, env.queue, b, r, &got_event), CLNSA_ERROR_UNSUPPORTED_DEVICE);
+    assert_false(got_event);
+    assert_non_null(strstr(clnsa_last_error(env.ctx), "matrix_path: "));
+    return true;
+}
+
 static void test_backward(void **state)
 {
     (void)state;
@@ -92,9 +105,11 @@ static void test_backward(void **state)
         nsa_run_forward(&env, &r);
         bwd_bufs b;
         bwd_setup(&env, &b, &r, 77 + i);
-        bwd_run_device(&env, &b, &r);
-        bwd_reference(&b, &r);
-        bwd_compare(&b, c);
+        if (!backward_refused(&b, &r)) {
+            bwd_run_device(&env, &b, &r);
+            bwd_reference(&b, &r);
+            bwd_compare(&b, c);
+        }
         bwd_free(&b);
         nsa_run_free(&r);
     }

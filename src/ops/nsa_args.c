@@ -230,6 +230,13 @@ clnsa_status nsa_validate(clnsa_context *ctx, const clnsa_nsa_config *cfg, const
     pb->idx_long = needs_long_index(all, sizeof all / sizeof all[0]) ||
                    (uint64_t)pb->nc_rows * pb->B * pb->H * (pb->DK > pb->DV ? pb->DK : pb->DV) * pb->cfg.cmp_block > 0x7fffffffull;
     pb->warp = choose_warp(ctx, pb, in, out);
+    /* Mesa 22.3's llvmpipe computes wrong (infinite) dk / dv in the emulated
+     * dk/dv kernel once a key tile has a few hundred query rows, where PoCL,
+     * Oclgrind and NVIDIA agree with the reference (docs/RELIABILITY.md). */
+    if (saved && pb->warp == WARP_EMULATED && ctx->info.vendor == CLNSA_VENDOR_MESA)
+        return cx_fail(ctx, CLNSA_ERROR_UNSUPPORTED_DEVICE,
+                       "matrix_path: the emulated tensor-core backward is wrong on Mesa's OpenCL "
+                       "(docs/RELIABILITY.md); expected CLNSA_MATRIX_AUTO or CLNSA_MATRIX_PORTABLE there, got CLNSA_MATRIX_EMULATED");
     return CLNSA_SUCCESS;
 }
 

@@ -15,7 +15,10 @@
  * Methods: cmp (compressed branch only), topk+slc (top-k and selection),
  * slc (selection with given distinct random causal indices), swa (sliding window
  * only), nsa (the three branches with top-k; the window only when --window >
- * 0), dense (causal, every key). */
+ * 0), dense (causal, every key), clblast (dense causal attention in f32 from
+ * CLBlast's GEMMs, forward only, where its scores fit:
+ * bench_clblast.c). */
+#include "bench_clblast.h"
 #include "cli_common.h"
 #include "cmds.h"
 #include "tuning/tuning.h"
@@ -25,8 +28,8 @@
 #include <string.h>
 #include <unistd.h>
 
-enum { M_CMP, M_TOPK, M_SLC, M_SWA, M_NSA, M_DENSE, M_COUNT };
-static const char *const method_names[M_COUNT] = {"cmp", "topk+slc", "slc", "swa", "nsa", "dense"};
+enum { M_CMP, M_TOPK, M_SLC, M_SWA, M_NSA, M_DENSE, M_CLBLAST, M_COUNT };
+static const char *const method_names[M_COUNT] = {"cmp", "topk+slc", "slc", "swa", "nsa", "dense", "clblast"};
 
 typedef struct {
     int HQ, H, D, window, repeat, dtype, S, block;
@@ -400,7 +403,7 @@ static void write_json(const char *path, const cli_env *env, const bench_opts *o
  * forward+backward dashed. */
 static void write_svg(const char *path, const cli_env *env, const bench_row *rows, int n)
 {
-    static const char *const colour[M_COUNT] = {"#1f77b4", "#ff7f0e", "#2ca02c", "#9467bd", "#d62728", "#444444"};
+    static const char *const colour[M_COUNT] = {"#1f77b4", "#ff7f0e", "#2ca02c", "#9467bd", "#d62728", "#444444", "#8c564b"};
     const double W = 720, Hh = 480, L = 70, R = 150, Tp = 40, Bm = 50;
     double tmin = 1e300, tmax = 0, ymin = 1e300, ymax = 0;
     for (int i = 0; i < n; ++i)
@@ -464,10 +467,10 @@ int cmd_bench(int argc, char **argv)
         {"--dtype", OPT_CHOICE, &o.dtype, 0, 0, "f32|f16|bf16", NULL, "storage dtype (default bf16)"},
         {"--repeat", OPT_INT, &o.repeat, 1, 64, NULL, "N", "timed runs after a warm-up, median taken (default 5)"},
         {"--no-bwd", OPT_FLAG, &o.no_bwd, 0, 0, NULL, NULL, "forward only"},
-        {"--no-dense", OPT_FLAG, &o.no_dense, 0, 0, NULL, NULL, "skip the dense causal baseline"},
+        {"--no-dense", OPT_FLAG, &o.no_dense, 0, 0, NULL, NULL, "skip the dense causal baselines (dense, clblast)"},
         {"--no-startup", OPT_FLAG, &o.no_startup, 0, 0, NULL, NULL, "skip the start-up timing"},
         {"--profile", OPT_FLAG, &o.profile, 0, 0, NULL, NULL, "after each method's timing, one more run: the time of each kernel"},
-        {"--methods", OPT_STRING, &o.methods, 0, 0, NULL, "LIST", "methods to time, comma-separated (default all: cmp,topk+slc,slc,swa,nsa,dense)"},
+        {"--methods", OPT_STRING, &o.methods, 0, 0, NULL, "LIST", "methods to time, comma-separated (default all: cmp,topk+slc,slc,swa,nsa,dense,clblast)"},
         {"--json", OPT_STRING, &o.json, 0, 0, NULL, "FILE", "write the results as JSON"},
         {"--svg", OPT_STRING, &o.svg, 0, 0, NULL, "FILE", "write a plot of ms against T per method"},
         {"--device", OPT_STRING, &o.device, 0, 0, NULL, "P:D", "device (default: as clnsa run)"},
@@ -497,7 +500,7 @@ int cmd_bench(int argc, char **argv)
         const size_t n = strlen(method_names[m]);
         const char *p = o.methods;
         while (p && (p = strstr(p, method_names[m])) && ((p != o.methods && p[-1] != ',') || (p[n] != ',' && p[n] != '\0'))) p += n;
-        run[m] = (!o.methods || p) && !(m == M_DENSE && o.no_dense) && !(m == M_SWA && o.window == 0);
+        run[m] = (!o.methods || p) && !((m == M_DENSE || m == M_CLBLAST) && o.no_dense) && !(m == M_SWA && o.window == 0);
     }
     const clnsa_dtype dt = cli_dtype_from_choice(o.dtype);
     cli_env env;
@@ -530,7 +533,14 @@ int cmd_bench(int argc, char **argv)
         for (int m = 0; m < M_COUNT; ++m) {
             r->fwd[m] = r->bwd[m] = -1;
             if (!run[m]) continue;
-            time_method(&env, &o, r->T, dt, m, sets, &os, &r->fwd[m], &r->bwd[m]);
+            if (m == M_CLBLAST && !clblast_dense_fits(&env, r->T)) { /* not counted as a failure */
+                printf(" %10s %10s", "no room", "-");
+                continue;
+            }
+            if (m == M_CLBLAST)
+                r->fwd[m] = clblast_dense_forward_ms(&env, r->T, o.HQ, o.H, o.D, o.repeat);
+            else
+                time_method(&env, &o, r->T, dt, m, sets, &os, &r->fwd[m], &r->bwd[m]);
             failed += r->fwd[m] < 0;
             printf(" %10.3f %10.3f", r->fwd[m], r->bwd[m] >= 0 ? r->fwd[m] + r->bwd[m] : -1.0);
             fflush(stdout);

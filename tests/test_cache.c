@@ -133,9 +133,14 @@ static void test_truncated_file_is_rebuilt(void **state)
     assert_int_equal(c->stats.disk_bad, 1);
     assert_int_equal(c->stats.disk_writes, 1);
     clnsa_context_destroy(c);
-    struct stat again;
-    assert_int_equal(stat(path, &again), 0);
-    assert_int_equal(again.st_size, st.st_size); /* rewritten whole */
+    /* rewritten whole: the next context takes every program from the disk
+     * (not the size: PoCL's binaries of one program can differ by a few
+     * bytes from one build to the next) */
+    clnsa_context *d = cached_context();
+    run_forward(d);
+    assert_int_equal(d->stats.builds, 0);
+    assert_int_equal(d->stats.disk_bad, 0);
+    clnsa_context_destroy(d);
 
     /* one flipped byte in the binary: the checksum refuses it */
     FILE *f = fopen(path, "r+b");

@@ -162,12 +162,7 @@ double clblast_dense_forward_ms(const cli_env *env, int T, int HQ, int H, int D,
         runs = 0;
     }
     if (runs == repeat) {
-        for (int i = 1; i < runs; ++i) /* insertion sort: a handful of runs */
-            for (int j = i; j > 0 && ms[j - 1] > ms[j]; --j) {
-                const double x = ms[j];
-                ms[j] = ms[j - 1];
-                ms[j - 1] = x;
-            }
+        cli_sort_doubles(ms, (size_t)runs);
         med = ms[runs / 2];
     } else {
         fprintf(stderr, "clnsa bench: clblast: the CLBlast dense forward failed at T=%d\n", T);

@@ -440,6 +440,14 @@ double cli_now_ms(void)
     return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec * 1e-6;
 }
 
+static int cmp_double(const void *a, const void *b)
+{
+    const double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+void cli_sort_doubles(double *x, size_t n) { qsort(x, n, sizeof *x, cmp_double); }
+
 /* ---------------------------------------------------------------- misc */
 
 const char *cli_shape_str(int ndim, const int64_t *shape, char *buf, size_t size)

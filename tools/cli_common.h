@@ -112,6 +112,8 @@ int cli_timer_begin(const cli_env *env, cli_timer *t);
 double cli_timer_end(cli_timer *t, cl_event done);
 /* Monotonic host clock in ms. */
 double cli_now_ms(void);
+/* Sorts n times (ms) in ascending order, for medians and extremes. */
+void cli_sort_doubles(double *x, size_t n);
 
 /* ---------------------------------------------------------------- misc */
 

@@ -183,12 +183,6 @@ static clnsa_status enqueue(const cli_env *env, method_call *c, bool bwd, cl_mem
     return clnsa_nsa_forward(env->ctx, env->queue, &c->cfg, &c->in, &c->out, ws, bytes, 1, &after, done);
 }
 
-static int cmp_double(const void *a, const void *b)
-{
-    const double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
 /* One more run of the op with every kernel's event kept: prints each
  * kernel's device time (summed over its launches) on one line. */
 static void profile_once(const cli_env *env, method_call *c, bool bwd, cl_mem ws, size_t bytes, const char *method, int T)
@@ -266,10 +260,10 @@ static void time_method(const cli_env *env, const bench_opts *o, int T, clnsa_dt
 out:
     clReleaseMemObject(ws);
     if (runs < o->repeat) return;
-    qsort(ms[0], (size_t)runs, sizeof(double), cmp_double);
+    cli_sort_doubles(ms[0], (size_t)runs);
     *fwd_ms = ms[0][runs / 2];
     if (bwd) {
-        qsort(ms[1], (size_t)runs, sizeof(double), cmp_double);
+        cli_sort_doubles(ms[1], (size_t)runs);
         *bwd_ms = ms[1][runs / 2];
     }
 }
@@ -358,8 +352,8 @@ static void startup(const cli_env *env, const bench_opts *o, clnsa_dtype dt, sta
     r->cold_ms = startup_once(env, o, dt, dir);
     r->programs = count_programs(dir);
     for (int i = 0; i < 3; ++i) warm[i] = startup_once(env, o, dt, dir);
-    qsort(off, 3, sizeof off[0], cmp_double);
-    qsort(warm, 3, sizeof warm[0], cmp_double);
+    cli_sort_doubles(off, 3);
+    cli_sort_doubles(warm, 3);
     r->off_ms = off[1];
     r->warm_ms = warm[1];
     char cmd[128];

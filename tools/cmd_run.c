@@ -229,12 +229,6 @@ done:
     return pass;
 }
 
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
 /* The NSA's arguments, forward and backward. */
 typedef struct {
     clnsa_nsa_config cfg;
@@ -275,7 +269,7 @@ static int timed(const run_opts *o, const cli_env *env, const nsa_call *c, bool 
     double first = cli_now_ms() - t0;
     for (int r = 0; r < o->repeat; ++r)
         if ((times[r] = once(env, c, bwd)) < 0) return -1;
-    qsort(times, (size_t)o->repeat, sizeof *times, cmp_double);
+    cli_sort_doubles(times, (size_t)o->repeat);
     double med = o->repeat % 2 ? times[o->repeat / 2] : 0.5 * (times[o->repeat / 2 - 1] + times[o->repeat / 2]);
     printf("%s workspace: %zu bytes\n", what, bwd ? c->wb_bytes : c->ws_bytes);
     printf("%s: %.3f ms (median of %d after one warm-up; min %.3f, max %.3f; profiling events)\n", what, med,

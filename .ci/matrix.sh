@@ -158,6 +158,9 @@ if want oclgrind; then
     # The tensor-core path's kernels (cl/*_warp.cl), emulated: forward,
     # top-k, dq, dk/dv of every branch with the split and heavy-block sums.
     og test_warp "warp tiny"
+    # The block-sparse warp kernels (same names as the portable ones, so the
+    # check below would not miss them): every rule, forward and backward.
+    og test_blocksparse "warp bf16 tiny"
     # Every kernel of cl/ ran under Oclgrind.
     missing=0
     for k in $(grep -h -o -E '__kernel( __attribute__\(\(reqd_work_group_size\([A-Z_ *]+, 1, 1\)\)\))? void [a-z_0-9]+' cl/*.cl | awk '{print $NF}' | sort -u); do

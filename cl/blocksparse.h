@@ -113,3 +113,16 @@ inline int bs_row_span(__global const int *off, __global const int *full, int ro
     *nfull = clamp(full[row], 0, e - s);
     return e - s;
 }
+
+/* The arguments every backward tile kernel takes (inputs, rules, mask, row
+ * sums): blocksparse_bwd.cl and blocksparse_bwd_warp.cl. */
+#define BWD_IN_PARAMS                                                                                      \
+    __global const store_t *q, idx_t q_off, idx4_t q_st, __global const store_t *k, idx_t k_off, idx4_t k_st,  \
+        __global const store_t *v, idx_t v_off, idx4_t v_st, __global const store_t *dout, idx_t do_off,       \
+        idx4_t do_st, __global const float *lse, idx_t lse_off, idx4_t lse_st, __global const float *delta,  \
+        idx_t dl_off, __global const int *pos_q, idx_t pq_off, idx4_t pq_st, __global const int *pos_k,       \
+        idx_t pk_off, idx4_t pk_st, __global const int *seg_q, idx_t sq_off, idx4_t sq_st,                   \
+        __global const int *seg_k, idx_t sk_off, idx4_t sk_st, __global const int *map, idx_t map_off,       \
+        idx4_t map_st, int QB, int KB, __global const int *lay_off, idx_t lo_off, __global const int *lay_full, \
+        idx_t lf_off, __global const int *lay_idx, idx_t li_off, int cap, int lay_bs, int lay_hs, int NQT,     \
+        int NKT, int Tq, int Tk, int HQ, int G, float scale, float softcap, int wl, int wr

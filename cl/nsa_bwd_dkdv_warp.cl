@@ -57,35 +57,6 @@ inline void stage_rows(dkdv_tile kt, int r0, int b, int h, __global const int *l
     }
 }
 
-/* s[4*nb ..] = A X^T over `dim` for the 16 staged rows (2 n-blocks). */
-inline void rows_products(float *s, const uint *a, __local const store_t *x, int stride, int dim, __local uint *ws)
-{
-    const int gq = lane_id() >> 2;
-#pragma unroll
-    for (int nb = 0; nb < 2; ++nb) {
-        uint w[32];
-        lds_kfrag(x + (8 * nb + gq) * stride, dim, true, w);
-        s[4 * nb] = s[4 * nb + 1] = s[4 * nb + 2] = s[4 * nb + 3] = 0.0f;
-#pragma unroll
-        for (int kk = 0; kk < dim / 16; ++kk)
-            mma16816(s + 4 * nb, a[4 * kk], a[4 * kk + 1], a[4 * kk + 2], a[4 * kk + 3], w[2 * kk], w[2 * kk + 1], ws);
-    }
-}
-
-/* c += P X for the 16 staged rows (P: 16 keys x 16 rows, score fragments). */
-inline void rows_accumulate(float *c, const float *p, __local const store_t *x, int stride, int dim, __local uint *ws)
-{
-    const int t = lane_id() & 3;
-    const uint a0 = pack_f32x2(p[0], p[1], ws), a1 = pack_f32x2(p[2], p[3], ws);
-    const uint a2 = pack_f32x2(p[4], p[5], ws), a3 = pack_f32x2(p[6], p[7], ws);
-    uint x0[16], x1[16], x8[16], x9[16];
-    lds_cols(x + (2 * t) * stride, dim, true, x0);
-    lds_cols(x + (2 * t + 1) * stride, dim, true, x1);
-    lds_cols(x + (2 * t + 8) * stride, dim, true, x8);
-    lds_cols(x + (2 * t + 9) * stride, dim, true, x9);
-    mma_cols(c, a0, a1, a2, a3, x0, x1, x8, x9, dim, ws);
-}
-
 /* Adds (ACCUM, unsplit) or writes the lane's values of key row kr of a
  * dense f32 [B, rows, H, dim] gradient, times scale. */
 inline void store_key_row(__global float *g, idx_t at, int dim, const float *c, int hr, float scale)
@@ -146,8 +117,8 @@ __kernel __attribute__((reqd_work_group_size(NW * WARP, 1, 1))) void nsa_bwd_dkd
                    x_st, qs, dos, tok_s, lse_s, d_s, g_s);
         barrier(CLK_LOCAL_MEM_FENCE);
         float s[8], dp[8];
-        rows_products(s, ka, qs, QPAD, DK, ws);
-        rows_products(dp, va, dos, DPAD, DV, ws);
+        lds_products(s, ka, qs, QPAD, 0, KC, DK, ws);
+        lds_products(dp, va, dos, DPAD, 0, KC, DV, ws);
 #pragma unroll
         for (int i = 0; i < 8; ++i) {
             const int r = 8 * (i >> 2) + 2 * tq + (i & 1), hr = (i >> 1) & 1; /* query row, key row */
@@ -157,8 +128,8 @@ __kernel __attribute__((reqd_work_group_size(NW * WARP, 1, 1))) void nsa_bwd_dkd
             s[i] = p * (g_s[r] * dp[i] - d_s[r]); /* dS^T */
             dp[i] = g_s[r] * p;                   /* g P^T */
         }
-        rows_accumulate(dva, dp, dos, DPAD, DV, ws);
-        rows_accumulate(dka, s, qs, QPAD, DK, ws);
+        lds_accumulate(dva, dp, dos, DPAD, 0, KC, DV, ws);
+        lds_accumulate(dka, s, qs, QPAD, 0, KC, DK, ws);
     }
 
     /* dense [B, nrows_k, H, D] f32, this split's slice; the heavy pass's

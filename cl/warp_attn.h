@@ -164,24 +164,55 @@ inline void warp_reset(float *m, float *l, float *acc)
     for (int i = 0; i < ACC_N; ++i) acc[i] = 0.0f;
 }
 
-/* s[4*nb ..] = A K^T for the KC keys from row k (stride k_rs) whose chunk
- * index lies in [lo, hi) (other keys are not read), over `dim`: the scores
- * Q K^T (dim DK), or dO V^T (dim DV) in the backward. */
-inline void warp_products(float *s, const uint *a, __global const store_t *k, idx_t k_rs, int lo, int hi, int dim,
-                          __local uint *ws)
-{
-    const int gq = lane_id() >> 2;
-#pragma unroll
-    for (int nb = 0; nb < KC / 8; ++nb) {
-        const int j = 8 * nb + gq;
-        uint kw[32];
-        load_kfrag(k + (idx_t)j * k_rs, dim, j >= lo && j < hi, kw);
-        s[4 * nb] = s[4 * nb + 1] = s[4 * nb + 2] = s[4 * nb + 3] = 0.0f;
-#pragma unroll
-        for (int kk = 0; kk < dim / 16; ++kk)
-            mma16816(s + 4 * nb, a[4 * kk], a[4 * kk + 1], a[4 * kk + 2], a[4 * kk + 3], kw[2 * kk], kw[2 * kk + 1], ws);
+/* The chunk's two products, for keys in global memory (warp_products,
+ * warp_accumulate) or staged in local memory by the work-group
+ * (lds_products, lds_accumulate):
+ *   PRODUCTS(s, a, k, k_rs, lo, hi, dim, ws): s[4*nb ..] = A K^T for the KC
+ *     keys from row k (row stride k_rs) whose chunk index lies in [lo, hi)
+ *     (other keys are not read), over `dim`: the scores Q K^T (dim DK), or
+ *     dO V^T (dim DV) in the backward;
+ *   ACCUMULATE(c, p, x, x_rs, lo, hi, dim, ws): c += P X for the chunk's
+ *     weights p (score fragments: P V, or dS K in the backward) and the rows
+ *     of x whose chunk index lies in [lo, hi) (others read as zero), over
+ *     `dim` output columns. P is rounded to the 16-bit type for the product,
+ *     as FlashAttention does. */
+#define DEFINE_CHUNK_PRODUCTS(SPACE, PRODUCTS, ACCUMULATE, KFRAG, COLS)                                        \
+    inline void PRODUCTS(float *s, const uint *a, SPACE const store_t *k, idx_t k_rs, int lo, int hi, int dim,  \
+                         __local uint *ws)                                                                     \
+    {                                                                                                          \
+        const int gq = lane_id() >> 2;                                                                         \
+        _Pragma("unroll") for (int nb = 0; nb < KC / 8; ++nb)                                                  \
+        {                                                                                                      \
+            const int j = 8 * nb + gq;                                                                         \
+            uint kw[32];                                                                                       \
+            KFRAG(k + (idx_t)j * k_rs, dim, j >= lo && j < hi, kw);                                            \
+            s[4 * nb] = s[4 * nb + 1] = s[4 * nb + 2] = s[4 * nb + 3] = 0.0f;                                  \
+            _Pragma("unroll") for (int kk = 0; kk < dim / 16; ++kk)                                            \
+                mma16816(s + 4 * nb, a[4 * kk], a[4 * kk + 1], a[4 * kk + 2], a[4 * kk + 3], kw[2 * kk],       \
+                         kw[2 * kk + 1], ws);                                                                  \
+        }                                                                                                      \
+    }                                                                                                          \
+    inline void ACCUMULATE(float *c, const float *p, SPACE const store_t *x, idx_t x_rs, int lo, int hi, int dim, \
+                           __local uint *ws)                                                                   \
+    {                                                                                                          \
+        const int t = lane_id() & 3;                                                                           \
+        _Pragma("unroll") for (int kk = 0; kk < KC / 16; ++kk)                                                 \
+        {                                                                                                      \
+            const float *p0 = p + 8 * kk, *p1 = p0 + 4;                                                        \
+            const uint a0 = pack_f32x2(p0[0], p0[1], ws), a1 = pack_f32x2(p0[2], p0[3], ws);                   \
+            const uint a2 = pack_f32x2(p1[0], p1[1], ws), a3 = pack_f32x2(p1[2], p1[3], ws);                   \
+            const int j = 16 * kk + 2 * t;                                                                     \
+            uint x0[16], x1[16], x8[16], x9[16];                                                               \
+            COLS(x + (idx_t)j * x_rs, dim, j >= lo && j < hi, x0);                                             \
+            COLS(x + (idx_t)(j + 1) * x_rs, dim, j + 1 >= lo && j + 1 < hi, x1);                               \
+            COLS(x + (idx_t)(j + 8) * x_rs, dim, j + 8 >= lo && j + 8 < hi, x8);                               \
+            COLS(x + (idx_t)(j + 9) * x_rs, dim, j + 9 >= lo && j + 9 < hi, x9);                               \
+            mma_cols(c, a0, a1, a2, a3, x0, x1, x8, x9, dim, ws);                                              \
+        }                                                                                                      \
     }
-}
+
+DEFINE_CHUNK_PRODUCTS(__global, warp_products, warp_accumulate, load_kfrag, load_cols)
+DEFINE_CHUNK_PRODUCTS(__local, lds_products, lds_accumulate, lds_kfrag, lds_cols)
 
 inline void warp_scores(float *s, const uint *qa, __global const store_t *k, idx_t k_rs, int lo, int hi,
                         __local uint *ws)
@@ -207,29 +238,6 @@ inline void warp_mask(float *s, float scale_log2, int lo0, int hi0, int lo1, int
             mx[0] = fmax(mx[0], s0);
             mx[1] = fmax(mx[1], s1);
         }
-}
-
-/* c += P X for the chunk's weights p (score fragments: P V, or dS K in the
- * backward) and the rows of x (stride x_rs) whose chunk index lies in
- * [lo, hi) (others read as zero), over `dim` output columns. P is rounded
- * to the 16-bit type for the product, as FlashAttention does. */
-inline void warp_accumulate(float *c, const float *p, __global const store_t *x, idx_t x_rs, int lo, int hi, int dim,
-                            __local uint *ws)
-{
-    const int t = lane_id() & 3;
-#pragma unroll
-    for (int kk = 0; kk < KC / 16; ++kk) {
-        const float *p0 = p + 8 * kk, *p1 = p0 + 4;
-        const uint a0 = pack_f32x2(p0[0], p0[1], ws), a1 = pack_f32x2(p0[2], p0[3], ws);
-        const uint a2 = pack_f32x2(p1[0], p1[1], ws), a3 = pack_f32x2(p1[2], p1[3], ws);
-        const int j = 16 * kk + 2 * t;
-        uint x0[16], x1[16], x8[16], x9[16];
-        load_cols(x + (idx_t)j * x_rs, dim, j >= lo && j < hi, x0);
-        load_cols(x + (idx_t)(j + 1) * x_rs, dim, j + 1 >= lo && j + 1 < hi, x1);
-        load_cols(x + (idx_t)(j + 8) * x_rs, dim, j + 8 >= lo && j + 8 < hi, x8);
-        load_cols(x + (idx_t)(j + 9) * x_rs, dim, j + 9 >= lo && j + 9 < hi, x9);
-        mma_cols(c, a0, a1, a2, a3, x0, x1, x8, x9, dim, ws);
-    }
 }
 
 /* The online-softmax step of one chunk of masked scores (log2 units, the

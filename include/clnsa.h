@@ -125,7 +125,7 @@ typedef enum {
     /* The tensor-core path's warp kernels on any device, their matrix and
      * cross-lane operations emulated in local memory: checks that path's
      * logic on a CPU (the tests run it on PoCL); slow. On Mesa's OpenCL the
-     * backward refuses it (CLNSA_ERROR_UNSUPPORTED_DEVICE): llvmpipe
+     * NSA backward refuses it (CLNSA_ERROR_UNSUPPORTED_DEVICE): llvmpipe
      * computes its dk/dv wrong (docs/RELIABILITY.md). */
     CLNSA_MATRIX_EMULATED
 } clnsa_matrix_path;

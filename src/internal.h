@@ -64,6 +64,10 @@ typedef enum { WARP_OFF, WARP_NV, WARP_EMULATED } warp_mode;
  * $CLNSA_MMA) applied to the device and a storage dtype; the op still checks
  * its shapes and alignment (the warp kernels take f16 / bf16 only). */
 warp_mode device_warp_mode(const clnsa_context *ctx, clnsa_dtype dtype);
+/* The mode narrowed to a call the warp kernels take: head dims multiples of
+ * 16 up to 128, and the rows they read whole aligned (tensor_rows_aligned). */
+warp_mode device_warp_path(const clnsa_context *ctx, clnsa_dtype dtype, int dk, int dv, const clnsa_tensor *const *rows,
+                           size_t nrows);
 
 /* ---------------------------------------------------------------- tensors */
 
@@ -82,6 +86,10 @@ clnsa_status tensor_check(const clnsa_context *ctx, const clnsa_tensor *t, const
 static inline bool tensor_present(const clnsa_tensor *t) { return t && t->data != NULL; }
 /* Largest element offset the view touches, plus one (0 for an empty view). */
 uint64_t tensor_extent(const clnsa_tensor *t);
+/* The warp kernels read and write whole 8- and 16-byte pieces of rows: unit
+ * dim stride, and the other strides and the offset multiples of 8 elements
+ * (true for an absent tensor). */
+bool tensor_rows_aligned(const clnsa_tensor *t);
 
 /* ---------------------------------------------------------------- kernels */
 

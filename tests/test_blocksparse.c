@@ -10,9 +10,14 @@
  * f16 / bf16 within 1e-2. Determinism: two backward runs, and a run with
  * another work-group size, give bitwise equal gradients.
  *
+ * test_warp_cases runs the tensor-core forward (blocksparse_fwd_warp.cl) on
+ * NVIDIA's tensor cores, or emulated elsewhere (the f16 / bf16 cases above
+ * take it by themselves on NVIDIA where their head dims allow).
+ *
  * The number of distinct kernel configurations (dtype, head dims, causal /
  * window / soft cap / sinks) is kept small: compilation dominates on PoCL. */
 #include "blocksparse_ref.h"
+#include "programs.h"
 #include "testutil.h"
 
 #include <math.h>
@@ -663,7 +668,32 @@ static void test_errors(void **state)
     dfree(&kv);
 }
 
+/* The tensor-core forward and backward (its dk/dv and dq; delta and dsinks
+ * stay portable): every rule at once, run three times for bitwise equal
+ * gradients, and the plain causal attention the dense baseline of `clnsa
+ * bench` runs, on permuted views, G = 4, DK != DV; a tiny case for Oclgrind. */
+static const bs_case warp_cases[] = {
+    {"warp bf16 everything", 2, 43, 58, 4, 2, 32, 16, BF16, 1, 11, 0, 3.0f, true, true, true, M_HOST, 2, 4, 32, 16, 0.7, true, false, NULL},
+    {"warp f16 causal G=4 permuted", 1, 70, 83, 4, 1, 64, 48, F16, 1, -1, -1, 0, false, false, false, M_NONE, 1, 1, 64, 64, 0, true, true, NULL},
+    /* the first case's rules but sinks (whose gradient, a sum over few rows of
+     * bf16-rounded terms, is not within 1e-2 at this size) on a shape small
+     * enough for Oclgrind (.ci/matrix.sh) */
+    {"warp bf16 tiny", 1, 21, 29, 2, 1, 32, 16, BF16, 1, 11, 0, 3.0f, false, true, true, M_HOST, 1, 2, 8, 16, 0.7, true, false, NULL},
+};
 
+/* Last: it switches the context to the warp path (emulated off NVIDIA). */
+static void test_warp_cases(void **state)
+{
+    (void)state;
+    const char *only = getenv("CLNSA_TEST_CASE");
+    printf("warp kernels: %s\n", test_env_use_warp_path(&env));
+    for (size_t i = 0; i < sizeof warp_cases / sizeof warp_cases[0]; ++i)
+        if (!only || strcmp(only, warp_cases[i].name) == 0) run_case(&warp_cases[i], 8765 + i, i == 0);
+    if (!only) {
+        assert_true(program_built(env.ctx, "blocksparse_fwd_warp.cl"));
+        assert_true(program_built(env.ctx, "blocksparse_bwd_warp.cl"));
+    }
+}
 
 int main(void)
 {
@@ -672,6 +702,7 @@ int main(void)
         cmocka_unit_test(test_builders),
         cmocka_unit_test(test_cases),
         cmocka_unit_test(test_determinism),
+        cmocka_unit_test(test_warp_cases),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

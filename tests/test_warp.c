@@ -7,7 +7,7 @@
  * block, G = 20 takes two head tiles; outputs are poisoned. Each case also
  * asserts that the warp kernels ran (their programs were built). */
 #include "nsa_bwd_run.h"
-#include "internal.h"
+#include "programs.h"
 
 #include <setjmp.h>
 #include <stdarg.h>
@@ -57,15 +57,7 @@ static const nsa_case warp_cases[] = {
 };
 static const size_t warp_case_count = sizeof warp_cases / sizeof warp_cases[0];
 
-/* Did the context build a program of this kernel file? */
-static bool built(const char *file)
-{
-    bool found = false;
-    pthread_mutex_lock(&env.ctx->lock);
-    for (const program_entry *e = env.ctx->programs; e; e = e->next) found = found || (e->key && strstr(e->key, file));
-    pthread_mutex_unlock(&env.ctx->lock);
-    return found;
-}
+static bool built(const char *file) { return program_built(env.ctx, file); }
 
 static void test_forward(void **state)
 {

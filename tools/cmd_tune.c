@@ -449,6 +449,10 @@ static void wait_built(builder *b, candidate *c, bool threads)
 }
 
 static bool family_is_warp(int family) { return family >= TF_NSA_FWD_WARP; }
+static bool family_is_bs(int family)
+{
+    return family == TF_BS_FWD || family == TF_BS_BWD || family == TF_BS_FWD_WARP || family == TF_BS_BWD_WARP;
+}
 
 /* ------------------------------------------------------- check and time */
 
@@ -578,8 +582,8 @@ static int tune_family_run(const cli_env *env, const tune_opts *o, int family, d
 {
     const tune_family *f = &tune_families[family];
     const bool bwd = family == TF_NSA_BWD_PRE || family == TF_NSA_BWD_DQ || family == TF_NSA_DKDV || family == TF_BS_BWD ||
-                     family == TF_NSA_DQ_WARP || family == TF_NSA_DKDV_WARP;
-    const bool given_idx = family == TF_NSA_FWD || family == TF_NSA_FWD_WARP, bs = family == TF_BS_FWD || family == TF_BS_BWD;
+                     family == TF_NSA_DQ_WARP || family == TF_NSA_DKDV_WARP || family == TF_BS_BWD_WARP;
+    const bool given_idx = family == TF_NSA_FWD || family == TF_NSA_FWD_WARP, bs = family_is_bs(family);
     /* The warp families run only on their path, and in f16 / bf16: they are
      * checked in the timed dtype, within its rounding of the safe default. */
     const bool warp = family_is_warp(family);
@@ -610,7 +614,7 @@ static int tune_family_run(const cli_env *env, const tune_opts *o, int family, d
     if (!fr->c) return -1;
     op_setup check, timing;
     const int vt = o->verify_T < o->T ? o->verify_T : o->T;
-    if (bs ? bs_setup_make(env, &check, o, vt, CLNSA_DTYPE_F32, bwd) : setup_make(env, &check, o, vt, check_dt, bwd, given_idx))
+    if (bs ? bs_setup_make(env, &check, o, vt, check_dt, bwd) : setup_make(env, &check, o, vt, check_dt, bwd, given_idx))
         return -1;
     if (bs ? bs_setup_make(env, &timing, o, o->T, pb.dtype, bwd) : setup_make(env, &timing, o, o->T, pb.dtype, bwd, given_idx)) {
         setup_free(&check);
@@ -774,7 +778,7 @@ static int parse_families(const char *s, bool *on)
         const bool warp = strcmp(tok, "warp") == 0;
         if (all || nsa || bs || warp) {
             for (int i = 0; i < TF_COUNT; ++i) {
-                const bool is_bs = i == TF_BS_FWD || i == TF_BS_BWD, is_warp = family_is_warp(i);
+                const bool is_bs = family_is_bs(i), is_warp = family_is_warp(i);
                 on[i] = on[i] || all || (bs && is_bs) || (nsa && !is_bs && !is_warp) || (warp && is_warp);
             }
             ++n;

@@ -34,6 +34,15 @@ uint64_t tensor_extent(const clnsa_tensor *t)
     return last + 1;
 }
 
+bool tensor_rows_aligned(const clnsa_tensor *t)
+{
+    if (!tensor_present(t)) return true;
+    if (t->strides[t->rank - 1] != 1 || t->offset % 8) return false;
+    for (int i = 0; i + 1 < t->rank; ++i)
+        if (t->strides[i] % 8) return false;
+    return true;
+}
+
 /* tensor_extent in bytes, or false when it does not fit in 64 bits (huge
  * strides or offset must not wrap around and pass the bounds check). */
 static bool extent_bytes(const clnsa_tensor *t, uint64_t *bytes)

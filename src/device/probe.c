@@ -158,3 +158,13 @@ warp_mode device_warp_mode(const clnsa_context *ctx, clnsa_dtype dtype)
         return ctx->info.vendor == CLNSA_VENDOR_NVIDIA && ctx->info.nv_compute_major >= 8 ? WARP_NV : WARP_OFF;
     }
 }
+
+warp_mode device_warp_path(const clnsa_context *ctx, clnsa_dtype dtype, int dk, int dv, const clnsa_tensor *const *rows,
+                           size_t nrows)
+{
+    const warp_mode w = device_warp_mode(ctx, dtype);
+    if (w == WARP_OFF || dk % 16 || dv % 16 || dk > 128 || dv > 128) return WARP_OFF;
+    for (size_t i = 0; i < nrows; ++i)
+        if (!tensor_rows_aligned(rows[i])) return WARP_OFF;
+    return w;
+}

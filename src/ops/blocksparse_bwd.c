@@ -1,7 +1,10 @@
 /* blocksparse_bwd.c: the block-sparse attention backward. The layout is
  * built at the backward's own tiles, rows and transposed; then the row sums
- * delta, dk/dv per key tile, dq per query tile, and dsinks. Every kernel is
- * built and given its arguments before the first command is enqueued. */
+ * delta, dk/dv per key tile, dq per query tile, and dsinks. On the
+ * tensor-core path (f16 / bf16 on a device with it, or emulated) dk/dv and
+ * dq are blocksparse_bwd_warp.cl's, on square tiles of 16 tokens per warp.
+ * Every kernel is built and given its arguments before the first command is
+ * enqueued. */
 #include "blocksparse.h"
 
 #include <limits.h>
@@ -9,10 +12,15 @@
 #include <string.h>
 
 static const char *const bwd_files[] = {"common.h", "blocksparse.h", "blocksparse_bwd.cl", NULL};
+static const char *const bwd_warp_files[] = {"common.h",      "warp_mma.h",         "warp_attn.h",
+                                             "blocksparse.h", "blocksparse_warp.h", "blocksparse_bwd_warp.cl",
+                                             NULL};
 
 typedef struct {
     bs_problem pb;
-    bs_tile_params tp;
+    bs_tile_params tp; /* the portable kernels' (delta and dsinks always run them) */
+    warp_mode warp;
+    bs_tile_params wp; /* the warp kernels' */
     bs_layout lay;
     size_t delta;
     size_t total;
@@ -58,14 +66,22 @@ static clnsa_status setup(clnsa_context *ctx, const clnsa_blocksparse_config *cf
     const clnsa_tensor *all[] = {&gin->o, &gin->lse, &gin->dout, &gr->dq, &gr->dk, &gr->dv, &gr->dsinks};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; ++i)
         if (tensor_present(all[i]) && tensor_extent(all[i]) > 0x7fffffffull) pb->idx_long = true;
-    const tune_problem tp_pb = bs_tune_problem(pb);
+    tune_problem tp_pb = bs_tune_problem(pb);
     if (tune_blocksparse(ctx, TF_BS_BWD, &tp_pb, &s->tp) != CLNSA_SUCCESS)
         return cx_fail(ctx, CLNSA_ERROR_UNSUPPORTED_DEVICE,
                        "device: the block-sparse backward needs more local memory than the %llu bytes it has",
                        (unsigned long long)ctx->info.local_mem_size);
+    const clnsa_tensor *rows[] = {&in->q, &in->k, &in->v, &gin->dout};
+    s->warp = device_warp_path(ctx, pb->dtype, pb->D, pb->DV, rows, sizeof rows / sizeof rows[0]);
+    tp_pb.warp_emulated = s->warp == WARP_EMULATED;
+    if (s->warp != WARP_OFF && tune_blocksparse(ctx, TF_BS_BWD_WARP, &tp_pb, &s->wp) != CLNSA_SUCCESS) {
+        s->warp = WARP_OFF; /* the portable kernels then */
+        cx_clear(ctx);
+    }
+    const bs_tile_params *lt = s->warp != WARP_OFF ? &s->wp : &s->tp;
     size_t cursor = 0;
     if (s->want_dq || s->want_dkdv) {
-        st = bs_layout_plan(ctx, pb, s->tp.bq, s->tp.bk, true, &cursor, &s->lay);
+        st = bs_layout_plan(ctx, pb, lt->bq, lt->bk, true, &cursor, &s->lay);
         if (st != CLNSA_SUCCESS) return st;
     }
     s->delta = bs_take(&cursor, sizeof(float) * (size_t)(B * Tq * HQ));
@@ -87,6 +103,22 @@ static void bwd_defines(const bwd_setup *s, char *buf, size_t size)
              "#define NVD %d\n",
              wg, bq, bk, pb->D, pb->DV, (int)(((size_t)bq * pb->D + wg - 1) / wg), (int)(((size_t)bk * pb->D + wg - 1) / wg),
              (int)(((size_t)bk * pb->DV + wg - 1) / wg));
+}
+
+/* The warp kernels' defines: chunks of kc keys (dq) or query rows (dk/dv). */
+static void bwd_warp_defines(const bwd_setup *s, int kc, char *buf, size_t size)
+{
+    const bs_problem *pb = &s->pb;
+    int krow, vrow;
+    tune_bs_warp_rows(pb->D, pb->DV, &krow, &vrow);
+    bs_base_defines(pb, buf, size);
+    size_t n = strlen(buf);
+    bs_rule_defines(pb, buf + n, size - n);
+    n = strlen(buf);
+    snprintf(buf + n, size - n,
+             "#define NW %zu\n#define KC %d\n#define DK %d\n#define DV %d\n#define KROW %d\n#define VROW %d\n"
+             "#define MMA_NV %d\n",
+             s->wp.wg / 32, kc, pb->D, pb->DV, krow, vrow, s->warp == WARP_NV ? 1 : 0);
 }
 
 /* BWD_IN_PARAMS of blocksparse_bwd.cl; `transposed` picks the layout. */
@@ -129,6 +161,25 @@ static void in_args(kargs *a, const bwd_setup *s, const clnsa_blocksparse_inputs
     ka_int(a, c->window_right);
 }
 
+/* bs_bwd_dkdv or bs_bwd_dq as the plan's next launch, with the inputs'
+ * arguments (BWD_IN_PARAMS): the warp kernel on the warp path (chunks of 16
+ * query rows for dk/dv, whose registers hold K, V and both gradients; 32
+ * keys for dq where its tiles have them), else the portable one. */
+static clnsa_status plan_tile_kernel(clnsa_context *ctx, bs_plan *plan, const bwd_setup *s, const char *name,
+                                     const char *defines, const clnsa_blocksparse_inputs *in,
+                                     const clnsa_blocksparse_grad_inputs *gin, cl_mem ws, kargs *a)
+{
+    const bool dkdv = strcmp(name, "bs_bwd_dkdv") == 0;
+    char wdef[1024];
+    const int bt = (int)(s->wp.wg / 2); /* the tiles' tokens: a multiple of 16 */
+    if (s->warp != WARP_OFF) bwd_warp_defines(s, dkdv || bt < 32 ? 16 : 32, wdef, sizeof wdef);
+    clnsa_status st = bs_plan_kernel(ctx, plan, s->warp != WARP_OFF ? bwd_warp_files : bwd_files,
+                                     s->warp != WARP_OFF ? wdef : defines, name, s->pb.idx_long, a);
+    if (st != CLNSA_SUCCESS) return st;
+    in_args(a, s, in, gin, ws, dkdv);
+    return CLNSA_SUCCESS;
+}
+
 static clnsa_status prepare(clnsa_context *ctx, const bwd_setup *s, const clnsa_blocksparse_inputs *in,
                             const clnsa_blocksparse_grad_inputs *gin, const clnsa_blocksparse_grads *gr, cl_mem ws,
                             bs_plan *plan)
@@ -153,20 +204,19 @@ static clnsa_status prepare(clnsa_context *ctx, const bwd_setup *s, const clnsa_
     if (a.err != CL_SUCCESS) return cx_fail_cl(ctx, a.err, "bs_bwd_delta arguments");
     bs_plan_range(plan, (size_t)pb->Tq * pb->HQ, (size_t)pb->B, 1, aux);
 
+    const size_t twg = s->warp != WARP_OFF ? s->wp.wg : wg; /* the tile kernels' work-group */
     if (s->want_dkdv) {
-        if ((st = bs_plan_kernel(ctx, plan, bwd_files, defines, "bs_bwd_dkdv", pb->idx_long, &a)) != CLNSA_SUCCESS) return st;
-        in_args(&a, s, in, gin, ws, true);
+        if ((st = plan_tile_kernel(ctx, plan, s, "bs_bwd_dkdv", defines, in, gin, ws, &a)) != CLNSA_SUCCESS) return st;
         ka_tensor(&a, tensor_present(&gr->dk) ? &gr->dk : &none);
         ka_tensor(&a, tensor_present(&gr->dv) ? &gr->dv : &none);
         if (a.err != CL_SUCCESS) return cx_fail_cl(ctx, a.err, "bs_bwd_dkdv arguments");
-        bs_plan_range(plan, wg * (size_t)s->lay.NKT, (size_t)pb->H, (size_t)pb->B, wg);
+        bs_plan_range(plan, twg * (size_t)s->lay.NKT, (size_t)pb->H, (size_t)pb->B, twg);
     }
     if (s->want_dq) {
-        if ((st = bs_plan_kernel(ctx, plan, bwd_files, defines, "bs_bwd_dq", pb->idx_long, &a)) != CLNSA_SUCCESS) return st;
-        in_args(&a, s, in, gin, ws, false);
+        if ((st = plan_tile_kernel(ctx, plan, s, "bs_bwd_dq", defines, in, gin, ws, &a)) != CLNSA_SUCCESS) return st;
         ka_tensor(&a, &gr->dq);
         if (a.err != CL_SUCCESS) return cx_fail_cl(ctx, a.err, "bs_bwd_dq arguments");
-        bs_plan_range(plan, wg * (size_t)s->lay.NQT, (size_t)pb->HQ, (size_t)pb->B, wg);
+        bs_plan_range(plan, twg * (size_t)s->lay.NQT, (size_t)pb->HQ, (size_t)pb->B, twg);
     }
     if (s->want_dsinks) {
         if ((st = bs_plan_kernel(ctx, plan, bwd_files, defines, "bs_bwd_dsink", pb->idx_long, &a)) != CLNSA_SUCCESS) return st;

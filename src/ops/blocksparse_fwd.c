@@ -1,20 +1,45 @@
 /* blocksparse_fwd.c: the block-sparse attention forward: the tile layout is
  * built in the workspace, then one kernel visits each query tile's key
- * tiles. Every kernel is built and given its arguments before the first
- * command is enqueued, so a failure enqueues nothing. */
+ * tiles: blocksparse_fwd.cl, or on the tensor-core path (f16 / bf16 on a
+ * device with it, or emulated) blocksparse_fwd_warp.cl, whose query tiles
+ * are 16 rows per warp. Every kernel is built and given its arguments before
+ * the first command is enqueued, so a failure enqueues nothing. */
 #include "blocksparse.h"
 
 #include <stdio.h>
 #include <string.h>
 
 static const char *const fwd_files[] = {"common.h", "attn_tile.h", "blocksparse.h", "blocksparse_fwd.cl", NULL};
+static const char *const fwd_warp_files[] = {"common.h",      "warp_mma.h",         "warp_attn.h",
+                                             "blocksparse.h", "blocksparse_warp.h", "blocksparse_fwd_warp.cl",
+                                             NULL};
 
 typedef struct {
     bs_problem pb;
+    warp_mode warp;
+    bool out_vec; /* the warp kernel stores o's rows whole */
     bs_tile_params tp;
     bs_layout lay;
     size_t total;
 } fwd_setup;
+
+/* The tiles: on the warp path when the call takes it and its tiles fit the
+ * device (else the portable kernel's). */
+static clnsa_status choose_tiles(clnsa_context *ctx, const clnsa_blocksparse_inputs *in, fwd_setup *s)
+{
+    const bs_problem *pb = &s->pb;
+    const clnsa_tensor *rows[] = {&in->q, &in->k, &in->v};
+    tune_problem tp_pb = bs_tune_problem(pb);
+    s->warp = device_warp_path(ctx, pb->dtype, pb->D, pb->DV, rows, sizeof rows / sizeof rows[0]);
+    if (s->warp != WARP_OFF) {
+        tp_pb.warp_emulated = s->warp == WARP_EMULATED;
+        if (tune_blocksparse(ctx, TF_BS_FWD_WARP, &tp_pb, &s->tp) == CLNSA_SUCCESS) return CLNSA_SUCCESS;
+        s->warp = WARP_OFF;
+        cx_clear(ctx);
+        tp_pb.warp_emulated = false;
+    }
+    return tune_blocksparse(ctx, TF_BS_FWD, &tp_pb, &s->tp);
+}
 
 static clnsa_status setup(clnsa_context *ctx, const clnsa_blocksparse_config *cfg, const clnsa_blocksparse_inputs *in,
                           const clnsa_blocksparse_outputs *out, fwd_setup *s)
@@ -29,8 +54,8 @@ static clnsa_status setup(clnsa_context *ctx, const clnsa_blocksparse_config *cf
     if (st != CLNSA_SUCCESS) return st;
     if (tensor_extent(&out->o) > 0x7fffffffull || (tensor_present(&out->lse) && tensor_extent(&out->lse) > 0x7fffffffull))
         pb->idx_long = true;
-    const tune_problem tp_pb = bs_tune_problem(pb);
-    if (tune_blocksparse(ctx, TF_BS_FWD, &tp_pb, &s->tp) != CLNSA_SUCCESS)
+    s->out_vec = tensor_rows_aligned(&out->o);
+    if (choose_tiles(ctx, in, s) != CLNSA_SUCCESS)
         return cx_fail(ctx, CLNSA_ERROR_UNSUPPORTED_DEVICE,
                        "device: the block-sparse forward needs more local memory than the %llu bytes it has",
                        (unsigned long long)ctx->info.local_mem_size);
@@ -46,16 +71,27 @@ static clnsa_status prepare_attn(clnsa_context *ctx, const fwd_setup *s, const c
     const bs_problem *pb = &s->pb;
     const bs_layout *lay = &s->lay;
     const size_t wg = s->tp.wg;
-    const int acc_n = (int)(((size_t)lay->BQ * pb->DV + wg - 1) / wg);
     char defines[1024];
     bs_base_defines(pb, defines, sizeof defines);
     size_t n = strlen(defines);
     bs_rule_defines(pb, defines + n, sizeof defines - n);
     n = strlen(defines);
-    snprintf(defines + n, sizeof defines - n, "#define WG %zu\n#define GT %d\n#define TK %d\n#define DK %d\n#define DV %d\n#define ACC_N %d\n",
-             wg, lay->BQ, lay->BK, pb->D, pb->DV, acc_n);
+    if (s->warp != WARP_OFF) {
+        int krow, vrow;
+        tune_bs_warp_rows(pb->D, pb->DV, &krow, &vrow);
+        snprintf(defines + n, sizeof defines - n,
+                 "#define NW %zu\n#define KC %d\n#define DK %d\n#define DV %d\n#define KROW %d\n#define VROW %d\n"
+                 "#define MMA_NV %d\n#define OUT_VEC %d\n",
+                 wg / 32, lay->BK, pb->D, pb->DV, krow, vrow, s->warp == WARP_NV ? 1 : 0, s->out_vec ? 1 : 0);
+    } else {
+        const int acc_n = (int)(((size_t)lay->BQ * pb->DV + wg - 1) / wg);
+        snprintf(defines + n, sizeof defines - n,
+                 "#define WG %zu\n#define GT %d\n#define TK %d\n#define DK %d\n#define DV %d\n#define ACC_N %d\n", wg,
+                 lay->BQ, lay->BK, pb->D, pb->DV, acc_n);
+    }
     kargs a;
-    clnsa_status st = bs_plan_kernel(ctx, plan, fwd_files, defines, "bs_fwd", pb->idx_long, &a);
+    clnsa_status st = bs_plan_kernel(ctx, plan, s->warp != WARP_OFF ? fwd_warp_files : fwd_files, defines, "bs_fwd",
+                                     pb->idx_long, &a);
     if (st != CLNSA_SUCCESS) return st;
     const clnsa_tensor none = {0};
     const clnsa_blocksparse_config *c = &pb->cfg;

@@ -36,11 +36,6 @@ static inline tune_problem nsa_tune_problem(const nsa_problem *pb)
     return t;
 }
 
-/* The warp kernels read and write whole 8- and 16-byte pieces of rows: unit
- * dim stride, and the other strides and the offset multiples of 8 elements
- * (true for an absent tensor). */
-bool nsa_rows_aligned(const clnsa_tensor *t);
-
 /* saved: `out` is what the forward saved, read by the backward. */
 clnsa_status nsa_validate(clnsa_context *ctx, const clnsa_nsa_config *cfg, const clnsa_nsa_inputs *in,
                           const clnsa_nsa_outputs *out, bool saved, nsa_problem *pb);

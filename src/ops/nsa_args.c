@@ -181,28 +181,12 @@ static bool needs_long_index(const clnsa_tensor *const *ts, size_t n)
     return false;
 }
 
-bool nsa_rows_aligned(const clnsa_tensor *t)
+/* The warp path of a validated call: the inputs it reads whole must have
+ * aligned rows (the outputs may have any layout: OUT_VEC). */
+static warp_mode choose_warp(const clnsa_context *ctx, const nsa_problem *pb, const clnsa_nsa_inputs *in)
 {
-    if (!tensor_present(t)) return true;
-    if (t->strides[t->rank - 1] != 1 || t->offset % 8) return false;
-    for (int i = 0; i + 1 < t->rank; ++i)
-        if (t->strides[i] % 8) return false;
-    return true;
-}
-
-/* The warp path of a validated call: the device's mode for the dtype, head
- * dims multiples of 16 up to 128, and aligned rows of the inputs it reads
- * whole (the outputs may have any layout). */
-static warp_mode choose_warp(const clnsa_context *ctx, const nsa_problem *pb, const clnsa_nsa_inputs *in,
-                             const clnsa_nsa_outputs *out)
-{
-    const warp_mode w = device_warp_mode(ctx, pb->dtype);
-    if (w == WARP_OFF || pb->DK % 16 || pb->DV % 16 || pb->DK > 128 || pb->DV > 128) return WARP_OFF;
-    (void)out; /* the output may have any layout (O_VEC) */
     const clnsa_tensor *rows[] = {&in->q, &in->k, &in->v, &in->k_cmp, &in->v_cmp};
-    for (size_t i = 0; i < sizeof rows / sizeof rows[0]; ++i)
-        if (!nsa_rows_aligned(rows[i])) return WARP_OFF;
-    return w;
+    return device_warp_path(ctx, pb->dtype, pb->DK, pb->DV, rows, sizeof rows / sizeof rows[0]);
 }
 
 clnsa_status nsa_validate(clnsa_context *ctx, const clnsa_nsa_config *cfg, const clnsa_nsa_inputs *in,
@@ -229,7 +213,7 @@ clnsa_status nsa_validate(clnsa_context *ctx, const clnsa_nsa_config *cfg, const
                                  &out->lse_slc, &out->lse_swa, &out->block_indices};
     pb->idx_long = needs_long_index(all, sizeof all / sizeof all[0]) ||
                    (uint64_t)pb->nc_rows * pb->B * pb->H * (pb->DK > pb->DV ? pb->DK : pb->DV) * pb->cfg.cmp_block > 0x7fffffffull;
-    pb->warp = choose_warp(ctx, pb, in, out);
+    pb->warp = choose_warp(ctx, pb, in);
     /* Mesa 22.3's llvmpipe computes wrong (infinite) dk / dv in the emulated
      * dk/dv kernel once a key tile has a few hundred query rows, where PoCL,
      * Oclgrind and NVIDIA agree with the reference (docs/RELIABILITY.md). */

@@ -117,7 +117,7 @@ static clnsa_status validate_bwd(clnsa_context *ctx, const clnsa_nsa_config *cfg
     for (size_t i = 0; i < sizeof more / sizeof more[0]; ++i)
         if (tensor_present(more[i]) && tensor_extent(more[i]) > 0x7fffffffull) pb->idx_long = true;
     if ((uint64_t)B * H * (uint64_t)T * pb->S > 0x7fffffffull) pb->idx_long = true;
-    if (!nsa_rows_aligned(dout)) pb->warp = WARP_OFF; /* the warp dq reads dout's rows whole */
+    if (!tensor_rows_aligned(dout)) pb->warp = WARP_OFF; /* the warp dq reads dout's rows whole */
     return CLNSA_SUCCESS;
 }
 

@@ -104,7 +104,7 @@ clnsa_status nsa_plan_query_kernel(clnsa_context *ctx, op_plan *p, const nsa_pro
     if (warp) { /* one warp per token and head tile */
         warp_defines(pb, &wp, defines, sizeof defines);
         append(defines, sizeof defines, strlen(defines), "#define BWD_PRE %d\n#define OUT_VEC %d\n", kind == ATTN_BWD_PRE,
-               stored && nsa_rows_aligned(stored));
+               stored && tensor_rows_aligned(stored));
         files = kind == ATTN_DQ ? dq_warp_files : fwd_warp_files;
         wg = wp.wg;
         g[0] = 32 * (size_t)pb->T * (size_t)((pb->G + 15) / 16);

@@ -92,6 +92,36 @@ static size_t topk_warp_bytes(const int *v, const tune_problem *pb)
            (warp_scratch_bytes(pb) + sizeof(float) * (2u * (size_t)pb->S + (size_t)topk_pc_max(v[2], pb) + (size_t)v[2]));
 }
 
+/* Word strides of the staged rows: a K row is read by 8 lanes at once (two
+ * rows, 16 bytes each from 4 lanes): rows 16 words apart modulo 32 banks
+ * fall in disjoint banks. A V row: 4 rows 2 apart at once; 4 words modulo 16
+ * leaves 2-way conflicts, the fewest 16-byte rows allow. */
+void tune_bs_warp_rows(int dk, int dv, int *krow, int *vrow)
+{
+    *krow = dk + 2 * ((16 - (dk / 2) % 32 + 32) % 32);
+    *vrow = dv + 2 * ((4 - (dv / 2) % 16 + 16) % 16);
+}
+
+/* The block-sparse warp forward: per warp its scratch; the staged K and V
+ * tiles (16-bit elements) and the tile's key positions and segment ids. */
+static size_t bs_fwd_warp_bytes(const int *v, const tune_problem *pb)
+{
+    int krow, vrow;
+    tune_bs_warp_rows(pb->dk, pb->dv, &krow, &vrow);
+    return (size_t)(v[0] / 32) * warp_scratch_bytes(pb) + (size_t)v[1] * (2u * (size_t)(krow + vrow) + 2u * sizeof(int));
+}
+
+/* The block-sparse warp backward: per warp its scratch; a tile of 16*NW
+ * rows of DK and of DV elements (dq: K and V, dk/dv: Q and dO) and four
+ * words per row (positions, segment ids, lse, delta). */
+static size_t bs_bwd_warp_bytes(const int *v, const tune_problem *pb)
+{
+    int krow, vrow;
+    tune_bs_warp_rows(pb->dk, pb->dv, &krow, &vrow);
+    const size_t bt = (size_t)(v[0] / 2);
+    return (size_t)(v[0] / 32) * warp_scratch_bytes(pb) + bt * (2u * (size_t)(krow + vrow) + 4u * sizeof(int));
+}
+
 /* ------------------------------------------------------ safe defaults */
 
 int tune_default_wg(const clnsa_device_info *info)
@@ -175,7 +205,8 @@ static void bs_bwd_start(int *v, const tune_problem *pb, const clnsa_device_info
 }
 
 /* Warp kernels: four warps per work-group on a GPU (emulation: one),
- * chunks of 64 keys, top-k chunks of 64 blocks. */
+ * chunks of 64 keys, top-k chunks of 64 blocks (the block-sparse forward:
+ * 64 query rows by 64 keys). */
 static void warp_start(int *v, const tune_problem *pb, const clnsa_device_info *info)
 {
     int wg = pb->warp_emulated ? 32 : 128;
@@ -242,6 +273,10 @@ const tune_family tune_families[TF_COUNT] = {
                         {{SHRINK_HALVE, 0, 0, 32}}, dq_warp_bytes, dq_warp_start},
     [TF_NSA_DKDV_WARP] = {"nsa_bwd_dkdv_warp", "nsa_bwd_dkdv", 1, {WARP_WG_PARAM}, 0, {{0}}, 1,
                           {{SHRINK_HALVE, 0, 0, 32}}, dkdv_warp_bytes, warp_start},
+    [TF_BS_FWD_WARP] = {"blocksparse_fwd_warp", "bs_fwd", 2, {WARP_WG_PARAM, {"BK", {16, 32, 64}, 3, false}}, 0, {{0}}, 1,
+                        {{SHRINK_HALVE, 1, 0, 16}}, bs_fwd_warp_bytes, warp_start},
+    [TF_BS_BWD_WARP] = {"blocksparse_bwd_warp", "bs_bwd_dkdv,bs_bwd_dq", 1, {WARP_WG_PARAM}, 0, {{0}}, 1,
+                        {{SHRINK_HALVE, 0, 0, 32}}, bs_bwd_warp_bytes, warp_start},
 };
 
 int tune_family_find(const char *name)
@@ -294,7 +329,7 @@ bool tune_fits(const clnsa_device_info *info, int family, int *v, const tune_pro
             return false;
         }
         if (f->nparams > 1 && v[1] % 16) {
-            snprintf(why, why_size, "KC=%d is not a multiple of 16", v[1]);
+            snprintf(why, why_size, "%s=%d is not a multiple of 16", f->params[1].name, v[1]);
             return false;
         }
     }
@@ -392,7 +427,12 @@ clnsa_status tune_blocksparse(clnsa_context *ctx, int family, const tune_problem
 {
     int v[TUNE_MAX_PARAMS] = {0};
     clnsa_status st = choose(ctx, family, pb, v, &p->local_bytes);
-    *p = (bs_tile_params){(size_t)v[0], v[1], v[2], p->local_bytes};
+    if (family == TF_BS_FWD_WARP) /* a warp per 16 query rows */
+        *p = (bs_tile_params){(size_t)v[0], v[0] / 2, v[1], p->local_bytes};
+    else if (family == TF_BS_BWD_WARP) /* a warp per 16 query rows (dq) or keys (dk/dv) */
+        *p = (bs_tile_params){(size_t)v[0], v[0] / 2, v[0] / 2, p->local_bytes};
+    else
+        *p = (bs_tile_params){(size_t)v[0], v[1], v[2], p->local_bytes};
     return st;
 }
 

@@ -35,6 +35,8 @@ typedef enum {
     TF_NSA_TOPK_WARP, /* nsa_topk_warp.cl (WG, KC, JB) */
     TF_NSA_DQ_WARP,   /* nsa_bwd_dq_warp.cl (WG, KC) */
     TF_NSA_DKDV_WARP, /* nsa_bwd_dkdv_warp.cl (WG: 16 keys per warp) */
+    TF_BS_FWD_WARP,   /* blocksparse_fwd_warp.cl (WG: 16 query rows per warp, BK) */
+    TF_BS_BWD_WARP,   /* blocksparse_bwd_warp.cl: dk/dv, dq (WG: square tiles of 16 tokens per warp) */
     TF_COUNT
 } tune_family_id;
 
@@ -232,15 +234,21 @@ typedef struct {
 
 clnsa_status tune_nsa_topk(clnsa_context *ctx, const tune_problem *pb, topk_params *p);
 
+/* The row strides (elements) of blocksparse_fwd_warp.cl's staged key and
+ * value tiles: 16-byte rows placed against local-memory bank conflicts. */
+void tune_bs_warp_rows(int dk, int dv, int *krow, int *vrow);
+
 /* blocksparse_fwd.cl / blocksparse_bwd.cl: WG work-items, tiles of BQ query
- * rows by BK keys. */
+ * rows by BK keys (the warp forward: BQ = 16 * WG / 32; the warp backward:
+ * BQ = BK = 16 * WG / 32). */
 typedef struct {
     size_t wg;
     int bq, bk;
     size_t local_bytes;
 } bs_tile_params;
 
-/* family: TF_BS_FWD or TF_BS_BWD; pb: D, DV, G, dtype (block 0), softcap. */
+/* family: TF_BS_FWD, TF_BS_BWD, TF_BS_FWD_WARP or TF_BS_BWD_WARP; pb: D, DV, G, dtype (block 0),
+ * softcap, warp_emulated. */
 clnsa_status tune_blocksparse(clnsa_context *ctx, int family, const tune_problem *pb, bs_tile_params *p);
 /* The warp kernels (warp_attn.h): WG = 32 * warps per work-group, KC keys
  * per chunk, and for the top-k JB selection blocks per chunk and PC_MAX. */

@@ -1,0 +1,137 @@
+/*
+ * blocksparse_fwd_warp.cl: the tensor-core path of the block-sparse forward
+ * (and so of the dense causal attention): the same kernel name, arguments
+ * and results as blocksparse_fwd.cl, computed by warps (warp_attn.h).
+ *
+ * A work-group owns a tile of 16*NW query rows of one query head, warp w its
+ * rows 16w .. 16w+15, and visits the key tiles of the tile's layout row
+ * (FULL first, then PARTIAL ones, whose elements are masked). Each key tile
+ * is staged once in local memory for all NW warps (the K and V rows every
+ * warp of the group reads), and its scores, probabilities and the output
+ * stay in the warps' mma fragments.
+ *
+ * Defines (besides common.h, warp_mma.h, warp_attn.h, blocksparse.h,
+ * blocksparse_warp.h): NW
+ * warps per work-group, KC = BK keys per tile, DK, DV, KROW and VROW (row
+ * strides of the staged tiles in elements: multiples of 8, chosen by the
+ * host against local-memory bank conflicts), CAUSAL, WINDOW, SOFTCAP,
+ * SINKS, OUT_VEC (o's rows aligned for vector stores).
+ * NDRange (32 * NW * NQT, HQ, B).
+ */
+
+/* Masks and scales the chunk's scores (log2 units) by the element rule and
+ * returns the lane's row maxima: key j of the tile is visible when j < nk,
+ * the row is a token, and in a PARTIAL tile when the rule allows it. */
+inline void bs_warp_mask(float *s, const lane_rows *qr, __local const int *kpos, __local const int *kseg, int nk,
+                         bool partial, int j0, int wl, int wr, int has_seg, __global const int *map, idx_t mbase,
+                         idx4_t map_st, int QB, int KB, float scale, float softcap, float *mx)
+{
+    const int t = lane_id() & 3;
+    mx[0] = mx[1] = -INFINITY;
+#pragma unroll
+    for (int nb = 0; nb < KC / 8; ++nb)
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+            const int hr = i >> 1, j = 8 * nb + 2 * t + (i & 1);
+            bool on = j < nk && qr->tok[hr] >= 0;
+            if (on && partial)
+                on = bs_pair_on(qr->pos[hr], qr->seg[hr], kpos[j], kseg[j], qr->tok[hr], j0 + j, wl, wr, has_seg, map,
+                                mbase, map_st, QB, KB);
+            float dcap;
+            const float x = on ? bs_score(s[4 * nb + i], scale, softcap, &dcap) * LOG2E : -INFINITY;
+            s[4 * nb + i] = x;
+            mx[hr] = fmax(mx[hr], x);
+        }
+}
+
+__kernel __attribute__((reqd_work_group_size(NW * WARP, 1, 1))) void bs_fwd(
+    __global const store_t *q, idx_t q_off, idx4_t q_st,
+    __global const store_t *k, idx_t k_off, idx4_t k_st,
+    __global const store_t *v, idx_t v_off, idx4_t v_st,
+    __global const int *pos_q, idx_t pq_off, idx4_t pq_st,
+    __global const int *pos_k, idx_t pk_off, idx4_t pk_st,
+    __global const int *seg_q, idx_t sq_off, idx4_t sq_st,
+    __global const int *seg_k, idx_t sk_off, idx4_t sk_st,
+    __global const float *sinks, idx_t sn_off, idx4_t sn_st,
+    __global const int *map, idx_t map_off, idx4_t map_st, int QB, int KB,
+    __global const int *lay_off, idx_t lo_off, __global const int *lay_full, idx_t lf_off,
+    __global const int *lay_cols, idx_t lc_off, int cap, int lay_bs, int lay_hs, int NQT, int NKT,
+    __global store_t *o, idx_t o_off, idx4_t o_st,
+    __global float *lse, idx_t lse_off, idx4_t lse_st,
+    int Tq, int Tk, int G, float scale, float softcap, int wl, int wr)
+{
+    __local uint wscr[NW * WARP_SCRATCH];
+    __local uint4 k_raw[KC * KROW / 8], v_raw[KC * VROW / 8];
+    __local int kpos[KC], kseg[KC];
+    __local store_t *ks = (__local store_t *)k_raw, *vs = (__local store_t *)v_raw;
+    const int warp = get_local_id(0) / WARP;
+    __local uint *ws = wscr + warp * WARP_SCRATCH;
+    const int qt = get_group_id(0), hq = get_group_id(1), b = get_group_id(2), h = hq / G;
+    const int r0 = qt * 16 * NW + 16 * warp; /* the warp's first query row */
+    const bool busy = r0 < Tq;               /* uniform over the warp */
+    const int has_seg = seg_q != 0;
+    lay_off += lo_off;
+    lay_full += lf_off;
+    lay_cols += lc_off;
+
+    const lane_rows qr = bs_lane_rows(r0, Tq, Tk - Tq, b, pos_q, pq_off, pq_st, seg_q, sq_off, sq_st);
+    uint qa[QA_WORDS];
+    load_afrag(q + at4(q_off, q_st, b, qr.read[0], hq, 0), qr.tok[0] >= 0, q + at4(q_off, q_st, b, qr.read[1], hq, 0),
+               qr.tok[1] >= 0, DK, qa);
+    float m[2], l[2], acc[ACC_N];
+    warp_reset(m, l, acc);
+
+    const idx_t mbase = map_off + (idx_t)b * map_st.x + (idx_t)hq * map_st.y;
+    int start, nfull;
+    const int ntiles = bs_row_span(lay_off, lay_full, (b * lay_bs + hq * lay_hs) * NQT + qt, cap, &start, &nfull);
+    /* ntiles is uniform over the work-group: the barriers below are safe. */
+    for (int tile = 0; tile < ntiles; ++tile) {
+        const int kt = clamp(lay_cols[start + tile], 0, NKT - 1), j0 = kt * KC, nk = min(KC, Tk - j0);
+        barrier(CLK_LOCAL_MEM_FENCE); /* the previous tile is read */
+        stage_rows(ks, KROW, KC, DK, k + at4(k_off, k_st, b, j0, h, 0), k_st.y, nk);
+        stage_rows(vs, VROW, KC, DV, v + at4(v_off, v_st, b, j0, h, 0), v_st.y, nk);
+        stage_tokens(kpos, kseg, KC, j0, Tk, 0, b, pos_k, pk_off, pk_st, seg_k, sk_off, sk_st);
+        barrier(CLK_LOCAL_MEM_FENCE);
+        if (!busy) continue;
+        float s[KC / 2], mx[2], alpha[2];
+        lds_products(s, qa, ks, KROW, 0, KC, DK, ws);
+        bs_warp_mask(s, &qr, kpos, kseg, nk, tile >= nfull, j0, wl, wr, has_seg, map, mbase, map_st, QB, KB, scale,
+                     softcap, mx);
+        warp_softmax(s, mx, m, l, alpha, ws);
+#pragma unroll
+        for (int i = 0; i < ACC_N; ++i) acc[i] *= alpha[(i >> 1) & 1];
+        lds_accumulate(acc, s, vs, VROW, 0, KC, DV, ws);
+    }
+    if (!busy) return;
+
+    /* Normalization. With a sink s: total = l*exp(m) + exp(s), computed
+     * around M = max(m, s) so that neither term overflows. */
+#if SINKS
+    const float sink = sinks[sn_off + (idx_t)hq * sn_st.x];
+#else
+    (void)sinks; (void)sn_off; (void)sn_st;
+#endif
+    const int t = lane_id() & 3;
+#pragma unroll
+    for (int hr = 0; hr < 2; ++hr) {
+        const float lt = quad_sum(l[hr], ws), mn = m[hr] / LOG2E;
+#if SINKS
+        float f = 0.0f, r = sink;
+        if (lt > 0.0f) {
+            const float M = fmax(mn, sink), em = exp(mn - M), den = lt * em + exp(sink - M);
+            f = em / den;
+            r = M + log(den);
+        }
+#else
+        const float f = lt > 0.0f ? 1.0f / lt : 0.0f, r = lt > 0.0f ? mn + log(lt) : -INFINITY;
+#endif
+        const int i = qr.tok[hr];
+        if (i < 0) continue;
+#if OUT_VEC
+        store_row(o + at4(o_off, o_st, b, i, hq, 0), DV, acc, hr, f, ws);
+#else
+        store_row_strided(o, at4(o_off, o_st, b, i, hq, 0), o_st.w, DV, acc, hr, f);
+#endif
+        if (lse && t == 0) lse[lse_off + (idx_t)b * lse_st.x + (idx_t)i * lse_st.y + (idx_t)hq * lse_st.z] = r;
+    }
+}

@@ -1,0 +1,22 @@
+/* programs.h: for the tests linked with the library's internals (see
+ * meson.build): which kernel files a context has built, to assert that a
+ * case took the path it was meant for (the tensor-core kernels). */
+#ifndef CLNSA_TESTS_PROGRAMS_H
+#define CLNSA_TESTS_PROGRAMS_H
+
+#include "internal.h"
+
+#include <stdbool.h>
+#include <string.h>
+
+/* Did the context build a program of this kernel file? */
+static inline bool program_built(clnsa_context *ctx, const char *file)
+{
+    bool found = false;
+    pthread_mutex_lock(&ctx->lock);
+    for (const program_entry *e = ctx->programs; e; e = e->next) found = found || (e->key && strstr(e->key, file));
+    pthread_mutex_unlock(&ctx->lock);
+    return found;
+}
+
+#endif

@@ -126,3 +126,30 @@ inline int bs_row_span(__global const int *off, __global const int *full, int ro
         idx4_t map_st, int QB, int KB, __global const int *lay_off, idx_t lo_off, __global const int *lay_full, \
         idx_t lf_off, __global const int *lay_idx, idx_t li_off, int cap, int lay_bs, int lay_hs, int NQT,     \
         int NKT, int Tq, int Tk, int HQ, int G, float scale, float softcap, int wl, int wr
+
+/* The forward kernel's arguments: blocksparse_fwd.cl, blocksparse_fwd_warp.cl. */
+#define FWD_PARAMS                                                                                         \
+    __global const store_t *q, idx_t q_off, idx4_t q_st, __global const store_t *k, idx_t k_off, idx4_t k_st,  \
+        __global const store_t *v, idx_t v_off, idx4_t v_st, __global const int *pos_q, idx_t pq_off,         \
+        idx4_t pq_st, __global const int *pos_k, idx_t pk_off, idx4_t pk_st, __global const int *seg_q,       \
+        idx_t sq_off, idx4_t sq_st, __global const int *seg_k, idx_t sk_off, idx4_t sk_st,                    \
+        __global const float *sinks, idx_t sn_off, idx4_t sn_st, __global const int *map, idx_t map_off,     \
+        idx4_t map_st, int QB, int KB, __global const int *lay_off, idx_t lo_off, __global const int *lay_full, \
+        idx_t lf_off, __global const int *lay_cols, idx_t lc_off, int cap, int lay_bs, int lay_hs, int NQT,   \
+        int NKT, __global store_t *o, idx_t o_off, idx4_t o_st, __global float *lse, idx_t lse_off,          \
+        idx4_t lse_st, int Tq, int Tk, int G, float scale, float softcap, int wl, int wr
+
+/* A row's normalization with a sink s (natural-log units): total =
+ * l*exp(m) + exp(s), computed around M = max(m, s) so that neither term
+ * overflows. Returns the row's lse; *f is the factor of its accumulator.
+ * A row that saw nothing (l = 0): o = 0, lse = s. */
+inline float bs_sink_norm(float m, float l, float sink, float *f)
+{
+    if (!(l > 0.0f)) {
+        *f = 0.0f;
+        return sink;
+    }
+    const float M = fmax(m, sink), em = exp(m - M), den = l * em + exp(sink - M);
+    *f = em / den;
+    return M + log(den);
+}

@@ -9,21 +9,7 @@
  * NDRange (WG * NQT, HQ, B); group (query tile, query head, batch row).
  */
 
-__kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void bs_fwd(
-    __global const store_t *q, idx_t q_off, idx4_t q_st,
-    __global const store_t *k, idx_t k_off, idx4_t k_st,
-    __global const store_t *v, idx_t v_off, idx4_t v_st,
-    __global const int *pos_q, idx_t pq_off, idx4_t pq_st,
-    __global const int *pos_k, idx_t pk_off, idx4_t pk_st,
-    __global const int *seg_q, idx_t sq_off, idx4_t sq_st,
-    __global const int *seg_k, idx_t sk_off, idx4_t sk_st,
-    __global const float *sinks, idx_t sn_off, idx4_t sn_st,
-    __global const int *map, idx_t map_off, idx4_t map_st, int QB, int KB,
-    __global const int *lay_off, idx_t lo_off, __global const int *lay_full, idx_t lf_off,
-    __global const int *lay_cols, idx_t lc_off, int cap, int lay_bs, int lay_hs, int NQT, int NKT,
-    __global store_t *o, idx_t o_off, idx4_t o_st,
-    __global float *lse, idx_t lse_off, idx4_t lse_st,
-    int Tq, int Tk, int G, float scale, float softcap, int wl, int wr)
+__kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void bs_fwd(FWD_PARAMS)
 {
     __local float qs[GT * DK], ks[TK * KPAD(DK)], vs[TK * DV], ps[GT * TK], m_run[GT], l_run[GT], alpha[GT];
     __local int qpos[GT], qseg[GT], kpos[TK], kseg[TK];
@@ -81,8 +67,7 @@ __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void bs_fwd(
         attend_scores(ATTN_SMEM, acc, nk, lid);
     }
 
-    /* Normalization. With a sink s: total = l*exp(m) + exp(s), computed
-     * around M = max(m, s) so that neither term overflows. */
+    /* Normalization (with a sink: bs_sink_norm). */
 #if SINKS
     const float sink = sinks[sn_off + (idx_t)hq * sn_st.x];
 #endif
@@ -91,12 +76,9 @@ __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void bs_fwd(
         const int g = idx / DV, d = idx - g * DV;
         if (idx < GT * DV && g < nq) {
 #if SINKS
-            const float m = m_run[g], l = l_run[g];
-            float val = 0.0f;
-            if (l > 0.0f) {
-                const float M = fmax(m, sink), em = exp(m - M);
-                val = acc[i] * em / (l * em + exp(sink - M));
-            }
+            float f;
+            bs_sink_norm(m_run[g], l_run[g], sink, &f);
+            const float val = acc[i] * f;
 #else
             const float val = attn_out(ATTN_SMEM, acc[i], g);
 #endif
@@ -106,12 +88,8 @@ __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void bs_fwd(
     if (lse)
         for (int g = lid; g < nq; g += WG) {
 #if SINKS
-            const float m = m_run[g], l = l_run[g];
-            float r = sink;
-            if (l > 0.0f) {
-                const float M = fmax(m, sink);
-                r = M + log(l * exp(m - M) + exp(sink - M));
-            }
+            float f;
+            const float r = bs_sink_norm(m_run[g], l_run[g], sink, &f);
 #else
             const float r = attn_lse(ATTN_SMEM, g);
 #endif

@@ -44,21 +44,7 @@ inline void bs_warp_mask(float *s, const lane_rows *qr, __local const int *kpos,
         }
 }
 
-__kernel __attribute__((reqd_work_group_size(NW * WARP, 1, 1))) void bs_fwd(
-    __global const store_t *q, idx_t q_off, idx4_t q_st,
-    __global const store_t *k, idx_t k_off, idx4_t k_st,
-    __global const store_t *v, idx_t v_off, idx4_t v_st,
-    __global const int *pos_q, idx_t pq_off, idx4_t pq_st,
-    __global const int *pos_k, idx_t pk_off, idx4_t pk_st,
-    __global const int *seg_q, idx_t sq_off, idx4_t sq_st,
-    __global const int *seg_k, idx_t sk_off, idx4_t sk_st,
-    __global const float *sinks, idx_t sn_off, idx4_t sn_st,
-    __global const int *map, idx_t map_off, idx4_t map_st, int QB, int KB,
-    __global const int *lay_off, idx_t lo_off, __global const int *lay_full, idx_t lf_off,
-    __global const int *lay_cols, idx_t lc_off, int cap, int lay_bs, int lay_hs, int NQT, int NKT,
-    __global store_t *o, idx_t o_off, idx4_t o_st,
-    __global float *lse, idx_t lse_off, idx4_t lse_st,
-    int Tq, int Tk, int G, float scale, float softcap, int wl, int wr)
+__kernel __attribute__((reqd_work_group_size(NW * WARP, 1, 1))) void bs_fwd(FWD_PARAMS)
 {
     __local uint wscr[NW * WARP_SCRATCH];
     __local uint4 k_raw[KC * KROW / 8], v_raw[KC * VROW / 8];
@@ -104,8 +90,6 @@ __kernel __attribute__((reqd_work_group_size(NW * WARP, 1, 1))) void bs_fwd(
     }
     if (!busy) return;
 
-    /* Normalization. With a sink s: total = l*exp(m) + exp(s), computed
-     * around M = max(m, s) so that neither term overflows. */
 #if SINKS
     const float sink = sinks[sn_off + (idx_t)hq * sn_st.x];
 #else
@@ -116,12 +100,8 @@ __kernel __attribute__((reqd_work_group_size(NW * WARP, 1, 1))) void bs_fwd(
     for (int hr = 0; hr < 2; ++hr) {
         const float lt = quad_sum(l[hr], ws), mn = m[hr] / LOG2E;
 #if SINKS
-        float f = 0.0f, r = sink;
-        if (lt > 0.0f) {
-            const float M = fmax(mn, sink), em = exp(mn - M), den = lt * em + exp(sink - M);
-            f = em / den;
-            r = M + log(den);
-        }
+        float f;
+        const float r = bs_sink_norm(mn, lt, sink, &f);
 #else
         const float f = lt > 0.0f ? 1.0f / lt : 0.0f, r = lt > 0.0f ? mn + log(lt) : -INFINITY;
 #endif

@@ -82,7 +82,8 @@ clnsa_status bs_layout_prepare(clnsa_context *ctx, const bs_problem *pb, const c
 extern const char *const bs_mask_files[];
 void bs_mask_defines(const clnsa_context *ctx, bool idx_long, char *buf, size_t size);
 
-/* Defines of the attention kernels' element rules. */
-void bs_rule_defines(const bs_problem *pb, char *buf, size_t size);
+/* The attention kernels' defines: bs_base_defines and the element rules;
+ * returns the length written. */
+size_t bs_rule_defines(const bs_problem *pb, char *buf, size_t size);
 
 #endif

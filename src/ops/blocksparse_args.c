@@ -216,11 +216,14 @@ void bs_base_defines(const bs_problem *pb, char *buf, size_t size)
     snprintf(buf, size, "#define STORAGE %d\n#define IDX_LONG %d\n#define VARLEN 0\n", storage, pb->idx_long ? 1 : 0);
 }
 
-void bs_rule_defines(const bs_problem *pb, char *buf, size_t size)
+size_t bs_rule_defines(const bs_problem *pb, char *buf, size_t size)
 {
     const clnsa_blocksparse_config *c = &pb->cfg;
-    snprintf(buf, size, "#define CAUSAL %d\n#define WINDOW %d\n#define SOFTCAP %d\n#define SINKS %d\n", c->causal ? 1 : 0,
+    bs_base_defines(pb, buf, size);
+    const size_t n = strlen(buf);
+    snprintf(buf + n, size - n, "#define CAUSAL %d\n#define WINDOW %d\n#define SOFTCAP %d\n#define SINKS %d\n", c->causal ? 1 : 0,
              c->window_left >= 0 || c->window_right >= 0 ? 1 : 0, c->softcap > 0.0f ? 1 : 0, pb->has_sinks ? 1 : 0);
+    return strlen(buf);
 }
 
 tune_problem bs_tune_problem(const bs_problem *pb)

@@ -94,10 +94,7 @@ static void bwd_defines(const bwd_setup *s, char *buf, size_t size)
     const bs_problem *pb = &s->pb;
     const size_t wg = s->tp.wg;
     const int bq = s->tp.bq, bk = s->tp.bk;
-    bs_base_defines(pb, buf, size);
-    size_t n = strlen(buf);
-    bs_rule_defines(pb, buf + n, size - n);
-    n = strlen(buf);
+    const size_t n = bs_rule_defines(pb, buf, size);
     snprintf(buf + n, size - n,
              "#define WG %zu\n#define BQ %d\n#define BK %d\n#define DK %d\n#define DV %d\n#define NQD %d\n#define NKD %d\n"
              "#define NVD %d\n",
@@ -111,10 +108,7 @@ static void bwd_warp_defines(const bwd_setup *s, int kc, char *buf, size_t size)
     const bs_problem *pb = &s->pb;
     int krow, vrow;
     tune_bs_warp_rows(pb->D, pb->DV, &krow, &vrow);
-    bs_base_defines(pb, buf, size);
-    size_t n = strlen(buf);
-    bs_rule_defines(pb, buf + n, size - n);
-    n = strlen(buf);
+    const size_t n = bs_rule_defines(pb, buf, size);
     snprintf(buf + n, size - n,
              "#define NW %zu\n#define KC %d\n#define DK %d\n#define DV %d\n#define KROW %d\n#define VROW %d\n"
              "#define MMA_NV %d\n",

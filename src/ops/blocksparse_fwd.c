@@ -72,10 +72,7 @@ static clnsa_status prepare_attn(clnsa_context *ctx, const fwd_setup *s, const c
     const bs_layout *lay = &s->lay;
     const size_t wg = s->tp.wg;
     char defines[1024];
-    bs_base_defines(pb, defines, sizeof defines);
-    size_t n = strlen(defines);
-    bs_rule_defines(pb, defines + n, sizeof defines - n);
-    n = strlen(defines);
+    const size_t n = bs_rule_defines(pb, defines, sizeof defines);
     if (s->warp != WARP_OFF) {
         int krow, vrow;
         tune_bs_warp_rows(pb->D, pb->DV, &krow, &vrow);

@@ -226,6 +226,18 @@ size_t bs_rule_defines(const bs_problem *pb, char *buf, size_t size)
     return strlen(buf);
 }
 
+size_t bs_warp_defines(const bs_problem *pb, warp_mode warp, size_t wg, int kc, char *buf, size_t size)
+{
+    int krow, vrow;
+    tune_bs_warp_rows(pb->D, pb->DV, &krow, &vrow);
+    const size_t n = bs_rule_defines(pb, buf, size);
+    snprintf(buf + n, size - n,
+             "#define NW %zu\n#define KC %d\n#define DK %d\n#define DV %d\n#define KROW %d\n#define VROW %d\n"
+             "#define MMA_NV %d\n",
+             wg / 32, kc, pb->D, pb->DV, krow, vrow, warp == WARP_NV ? 1 : 0);
+    return strlen(buf);
+}
+
 tune_problem bs_tune_problem(const bs_problem *pb)
 {
     tune_problem t = {pb->D, pb->DV, pb->G, 0, pb->dtype, 0, 0, 0, pb->cfg.softcap > 0.0f, false};

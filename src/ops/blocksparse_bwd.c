@@ -102,19 +102,6 @@ static void bwd_defines(const bwd_setup *s, char *buf, size_t size)
              (int)(((size_t)bk * pb->DV + wg - 1) / wg));
 }
 
-/* The warp kernels' defines: chunks of kc keys (dq) or query rows (dk/dv). */
-static void bwd_warp_defines(const bwd_setup *s, int kc, char *buf, size_t size)
-{
-    const bs_problem *pb = &s->pb;
-    int krow, vrow;
-    tune_bs_warp_rows(pb->D, pb->DV, &krow, &vrow);
-    const size_t n = bs_rule_defines(pb, buf, size);
-    snprintf(buf + n, size - n,
-             "#define NW %zu\n#define KC %d\n#define DK %d\n#define DV %d\n#define KROW %d\n#define VROW %d\n"
-             "#define MMA_NV %d\n",
-             s->wp.wg / 32, kc, pb->D, pb->DV, krow, vrow, s->warp == WARP_NV ? 1 : 0);
-}
-
 /* BWD_IN_PARAMS of blocksparse_bwd.cl; `transposed` picks the layout. */
 static void in_args(kargs *a, const bwd_setup *s, const clnsa_blocksparse_inputs *in,
                     const clnsa_blocksparse_grad_inputs *gin, cl_mem ws, bool transposed)
@@ -166,7 +153,7 @@ static clnsa_status plan_tile_kernel(clnsa_context *ctx, bs_plan *plan, const bw
     const bool dkdv = strcmp(name, "bs_bwd_dkdv") == 0;
     char wdef[1024];
     const int bt = (int)(s->wp.wg / 2); /* the tiles' tokens: a multiple of 16 */
-    if (s->warp != WARP_OFF) bwd_warp_defines(s, dkdv || bt < 32 ? 16 : 32, wdef, sizeof wdef);
+    if (s->warp != WARP_OFF) bs_warp_defines(&s->pb, s->warp, s->wp.wg, dkdv || bt < 32 ? 16 : 32, wdef, sizeof wdef);
     clnsa_status st = bs_plan_kernel(ctx, plan, s->warp != WARP_OFF ? bwd_warp_files : bwd_files,
                                      s->warp != WARP_OFF ? wdef : defines, name, s->pb.idx_long, a);
     if (st != CLNSA_SUCCESS) return st;

@@ -72,15 +72,11 @@ static clnsa_status prepare_attn(clnsa_context *ctx, const fwd_setup *s, const c
     const bs_layout *lay = &s->lay;
     const size_t wg = s->tp.wg;
     char defines[1024];
-    const size_t n = bs_rule_defines(pb, defines, sizeof defines);
     if (s->warp != WARP_OFF) {
-        int krow, vrow;
-        tune_bs_warp_rows(pb->D, pb->DV, &krow, &vrow);
-        snprintf(defines + n, sizeof defines - n,
-                 "#define NW %zu\n#define KC %d\n#define DK %d\n#define DV %d\n#define KROW %d\n#define VROW %d\n"
-                 "#define MMA_NV %d\n#define OUT_VEC %d\n",
-                 wg / 32, lay->BK, pb->D, pb->DV, krow, vrow, s->warp == WARP_NV ? 1 : 0, s->out_vec ? 1 : 0);
+        const size_t n = bs_warp_defines(pb, s->warp, wg, lay->BK, defines, sizeof defines);
+        snprintf(defines + n, sizeof defines - n, "#define OUT_VEC %d\n", s->out_vec ? 1 : 0);
     } else {
+        const size_t n = bs_rule_defines(pb, defines, sizeof defines);
         const int acc_n = (int)(((size_t)lay->BQ * pb->DV + wg - 1) / wg);
         snprintf(defines + n, sizeof defines - n,
                  "#define WG %zu\n#define GT %d\n#define TK %d\n#define DK %d\n#define DV %d\n#define ACC_N %d\n", wg,

@@ -17,15 +17,20 @@
  * arguments). Rows are reduced in a fixed order: deterministic.
  */
 
-/* Adds gate * (branch output) to out[] and saves the branch lse. */
+/* Adds gate * (branch output) to out[], saves the branch lse and, when
+ * asked (ob), the ungated branch output. */
 inline void finish_branch(ATTN_SMEM_PARAMS, const float acc[ACC_N], float out[ACC_N], int lid, int ng,
                           __global const store_t *gate, idx_t gate_base, idx_t gate_hs,
-                          __global float *lse, idx_t lse_base, idx_t lse_hs)
+                          __global float *lse, idx_t lse_base, idx_t lse_hs,
+                          __global store_t *ob, idx_t ob_base, idx_t ob_hs, idx_t ob_ds)
 {
     for (int i = 0; i < ACC_N; ++i) {
         int idx = lid + i * WG;
-        int g = idx / DV;
-        if (idx < GT * DV && g < ng) out[i] += LOAD(gate, gate_base + g * gate_hs) * attn_out(ATTN_SMEM, acc[i], g);
+        int g = idx / DV, d = idx - g * DV;
+        if (idx >= GT * DV || g >= ng) continue;
+        const float x = attn_out(ATTN_SMEM, acc[i], g);
+        out[i] += LOAD(gate, gate_base + g * gate_hs) * x;
+        if (ob) STORE(ob, ob_base + g * ob_hs + d * ob_ds, x);
     }
     if (lse)
         for (int g = lid; g < ng; g += WG) lse[lse_base + g * lse_hs] = attn_lse(ATTN_SMEM, g);
@@ -56,13 +61,19 @@ inline void finish_branch_pre(ATTN_SMEM_PARAMS, const float acc[ACC_N], __local 
     }
 }
 
+/* A branch is done: X names its tensors (cmp, slc, swa) and x their
+ * offsets and strides (c, s, w), as the kernel arguments spell them. */
 #if BWD_PRE
-#define FINISH(gate, gate_base, gate_hs, lse, lse_base, lse_hs, dg, dg_base, dg_hs)                    \
-    finish_branch_pre(ATTN_SMEM, acc, red, lid, ng, o, at4(o_off, o_st, b, t, hq0, 0), o_st.z, o_st.w, \
-                      gate, gate_base, gate_hs, lse, lse_base, lse_hs, dg, dg_base, dg_hs)
+#define FINISH(X, x)                                                                                    \
+    finish_branch_pre(ATTN_SMEM, acc, red, lid, ng, o, at4(o_off, o_st, b, t, hq0, 0), o_st.z, o_st.w,  \
+                      g_##X, at4(g##x##_off, g##x##_st, b, t, hq0, 0), g##x##_st.z, lse_##X,           \
+                      at4(l##x##_off, l##x##_st, b, t, hq0, 0), l##x##_st.z, dg_##X,                   \
+                      at4(d##x##_off, d##x##_st, b, t, hq0, 0), d##x##_st.z)
 #else
-#define FINISH(gate, gate_base, gate_hs, lse, lse_base, lse_hs, dg, dg_base, dg_hs)                    \
-    finish_branch(ATTN_SMEM, acc, out, lid, ng, gate, gate_base, gate_hs, lse, lse_base, lse_hs)
+#define FINISH(X, x)                                                                                    \
+    finish_branch(ATTN_SMEM, acc, out, lid, ng, g_##X, at4(g##x##_off, g##x##_st, b, t, hq0, 0),        \
+                  g##x##_st.z, lse_##X, at4(l##x##_off, l##x##_st, b, t, hq0, 0), l##x##_st.z, o_##X,   \
+                  at4(o##x##_off, o##x##_st, b, t, hq0, 0), o##x##_st.z, o##x##_st.w)
 #endif
 
 __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void nsa_fwd(
@@ -101,8 +112,7 @@ __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void nsa_fwd(
         attend_range(ATTN_SMEM, acc, scale, lid, kc, at4(kc_off, kc_st, b, 0, h, 0), kc_st.y, kc_st.w,
                      vc, at4(vc_off, vc_st, b, 0, h, 0), vc_st.y, vc_st.w, row0, nvis);
     }
-    FINISH(g_cmp, at4(gc_off, gc_st, b, t, hq0, 0), gc_st.z, lse_cmp, at4(lc_off, lc_st, b, t, hq0, 0), lc_st.z,
-           dg_cmp, at4(dc_off, dc_st, b, t, hq0, 0), dc_st.z);
+    FINISH(cmp, c);
     barrier(CLK_LOCAL_MEM_FENCE);
 #endif
 
@@ -117,8 +127,7 @@ __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void nsa_fwd(
             attend_range(ATTN_SMEM, acc, scale, lid, k, kb, k_st.y, k_st.w, v, vb, v_st.y, v_st.w, r.x, r.y);
         }
     }
-    FINISH(g_slc, at4(gs_off, gs_st, b, t, hq0, 0), gs_st.z, lse_slc, at4(ls_off, ls_st, b, t, hq0, 0), ls_st.z,
-           dg_slc, at4(ds_off, ds_st, b, t, hq0, 0), ds_st.z);
+    FINISH(slc, s);
     barrier(CLK_LOCAL_MEM_FENCE);
 #endif
 
@@ -131,8 +140,7 @@ __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void nsa_fwd(
         attend_range(ATTN_SMEM, acc, scale, lid, k, kb, k_st.y, k_st.w, v, vb, v_st.y, v_st.w, key0,
                      live ? tl + 1 - key0 : 0);
     }
-    FINISH(g_swa, at4(gw_off, gw_st, b, t, hq0, 0), gw_st.z, lse_swa, at4(lw_off, lw_st, b, t, hq0, 0), lw_st.z,
-           dg_swa, at4(dw_off, dw_st, b, t, hq0, 0), dw_st.z);
+    FINISH(swa, w);
 #endif
 
 #if !BWD_PRE

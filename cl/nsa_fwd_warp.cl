@@ -9,7 +9,8 @@
  * Defines (besides common.h, warp_mma.h, warp_attn.h, nsa_ranges.h): G,
  * NGT = ceil(G/16) head tiles, NW warps per work-group, HAS_CMP, HAS_SLC,
  * HAS_SWA, HAS_COUNTS, BS, S, CMP_L, CMP_D, WINDOW, BWD_PRE, OUT_VEC (o's
- * rows aligned for vector stores).
+ * rows aligned for vector stores), SAVE_VEC (likewise the saved branch
+ * outputs').
  * NDRange: (32 * NW * ceil(T*NGT / NW), H, B); warp w of group x owns token
  * (x*NW + w) / NGT and head tile (x*NW + w) % NGT.
  */
@@ -23,13 +24,15 @@ inline void load_row_part(__global const store_t *p, idx_t row, idx_t ds, bool v
 }
 
 /* One branch's rows are final: adds gate * o_b to the warp's output slice
- * (forward) or writes dg_b = do . o_b and D_b = g_b dg_b (prologue), and its
- * lse. Row hr of the lane is head row gq + 8*hr of the tile. */
+ * and saves its lse and, when asked (ob), o_b itself (forward), or writes
+ * dg_b = do . o_b and D_b = g_b dg_b (prologue). Row hr of the lane is head
+ * row gq + 8*hr of the tile. */
 inline void warp_branch_done(const float *m, float *l, const float *acc, __local float *outs, int ng,
                              __global const store_t *gate, idx_t gate_base, idx_t gate_hs,
                              __global float *lse, idx_t lse_base, idx_t lse_hs,
                              __global const store_t *dout, idx_t do_base, idx_t do_hs, idx_t do_ds,
-                             __global store_t *dg, idx_t dg_base, idx_t dg_hs, __local uint *ws)
+                             __global store_t *dg, idx_t dg_base, idx_t dg_hs,
+                             __global store_t *ob, idx_t ob_base, idx_t ob_hs, idx_t ob_ds, __local uint *ws)
 {
     const int lane = lane_id(), gq = lane >> 2, t = lane & 3;
     float lse_r[2], f[2];
@@ -50,12 +53,19 @@ inline void warp_branch_done(const float *m, float *l, const float *acc, __local
             lse[lse_base + r * lse_hs] = g * dot; /* the prologue's D_b */
         }
 #else
+        if (ob && r < ng) {
+#if SAVE_VEC
+            store_row(ob + ob_base + r * ob_hs, DV, acc, hr, f[hr], ws);
+#else
+            store_row_strided(ob, ob_base + r * ob_hs, ob_ds, DV, acc, hr, f[hr]);
+#endif
+        }
         f[hr] *= g;
         if (t == 0 && r < ng && lse) lse[lse_base + r * lse_hs] = lse_r[hr];
 #endif
     }
 #if BWD_PRE
-    (void)outs;
+    (void)outs; (void)ob; (void)ob_base; (void)ob_hs; (void)ob_ds;
 #else
     (void)dout; (void)do_base; (void)do_hs; (void)do_ds; (void)dg; (void)dg_base; (void)dg_hs;
 #pragma unroll
@@ -63,14 +73,20 @@ inline void warp_branch_done(const float *m, float *l, const float *acc, __local
 #endif
 }
 
+/* A branch is done: X names its tensors (cmp, slc, swa) and x their
+ * offsets and strides (c, s, w), as the kernel arguments spell them. */
+#define BRANCH_DONE(X, x, dout, do_base, do_hs, do_ds, dg, dg_base, dg_hs, ob, ob_base, ob_hs, ob_ds)           \
+    warp_branch_done(m, l, acc, outs, ng, g_##X, at4(g##x##_off, g##x##_st, b, t, hq0, 0), g##x##_st.z, lse_##X, \
+                     at4(l##x##_off, l##x##_st, b, t, hq0, 0), l##x##_st.z, dout, do_base, do_hs, do_ds, dg,     \
+                     dg_base, dg_hs, ob, ob_base, ob_hs, ob_ds, ws)
 #if BWD_PRE
-#define DONE(gate, gate_base, gate_hs, lse, lse_base, lse_hs, dg, dg_base, dg_hs)                                   \
-    warp_branch_done(m, l, acc, outs, ng, gate, gate_base, gate_hs, lse, lse_base, lse_hs, o,                      \
-                     at4(o_off, o_st, b, t, hq0, 0), o_st.z, o_st.w, dg, dg_base, dg_hs, ws)
+#define DONE(X, x)                                                                                                \
+    BRANCH_DONE(X, x, o, at4(o_off, o_st, b, t, hq0, 0), o_st.z, o_st.w, dg_##X,                                  \
+                at4(d##x##_off, d##x##_st, b, t, hq0, 0), d##x##_st.z, NULL, 0, 0, 0)
 #else
-#define DONE(gate, gate_base, gate_hs, lse, lse_base, lse_hs, dg, dg_base, dg_hs)                                   \
-    warp_branch_done(m, l, acc, outs, ng, gate, gate_base, gate_hs, lse, lse_base, lse_hs, NULL, 0, 0, 0, NULL, 0, \
-                     0, ws)
+#define DONE(X, x)                                                                                                \
+    BRANCH_DONE(X, x, NULL, 0, 0, 0, NULL, 0, 0, o_##X, at4(o##x##_off, o##x##_st, b, t, hq0, 0), o##x##_st.z,    \
+                o##x##_st.w)
 #endif
 
 __kernel __attribute__((reqd_work_group_size(NW * WARP, 1, 1))) void nsa_fwd(
@@ -107,8 +123,7 @@ __kernel __attribute__((reqd_work_group_size(NW * WARP, 1, 1))) void nsa_fwd(
         warp_attend_range(qa, m, l, acc, kc + at4(kc_off, kc_st, b, row0, h, 0), kc_st.y,
                           vc + at4(vc_off, vc_st, b, row0, h, 0), vc_st.y, nvis, sl2, ws);
     }
-    DONE(g_cmp, at4(gc_off, gc_st, b, t, hq0, 0), gc_st.z, lse_cmp, at4(lc_off, lc_st, b, t, hq0, 0), lc_st.z,
-         dg_cmp, at4(dc_off, dc_st, b, t, hq0, 0), dc_st.z);
+    DONE(cmp, c);
 #endif
 
 #if HAS_SLC
@@ -123,8 +138,7 @@ __kernel __attribute__((reqd_work_group_size(NW * WARP, 1, 1))) void nsa_fwd(
                               sl2, ws);
         }
     }
-    DONE(g_slc, at4(gs_off, gs_st, b, t, hq0, 0), gs_st.z, lse_slc, at4(ls_off, ls_st, b, t, hq0, 0), ls_st.z,
-         dg_slc, at4(ds_off, ds_st, b, t, hq0, 0), ds_st.z);
+    DONE(slc, s);
 #endif
 
 #if HAS_SWA
@@ -135,8 +149,7 @@ __kernel __attribute__((reqd_work_group_size(NW * WARP, 1, 1))) void nsa_fwd(
         __global const store_t *vb = v + at4(v_off, v_st, b, sq.start + key0, h, 0);
         warp_attend_range(qa, m, l, acc, kb, k_st.y, vb, v_st.y, live ? tl + 1 - key0 : 0, sl2, ws);
     }
-    DONE(g_swa, at4(gw_off, gw_st, b, t, hq0, 0), gw_st.z, lse_swa, at4(lw_off, lw_st, b, t, hq0, 0), lw_st.z,
-         dg_swa, at4(dw_off, dw_st, b, t, hq0, 0), dw_st.z);
+    DONE(swa, w);
 #endif
 
 #if !BWD_PRE

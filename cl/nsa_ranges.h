@@ -23,7 +23,8 @@
 
 /* nsa_fwd's arguments after NSA_QUERY_ARGS (nsa_fwd.cl, nsa_fwd_warp.cl):
  * o (dout in the prologue), the lse (D_b in the prologue), and with
- * BWD_PRE the gate gradients. */
+ * BWD_PRE the gate gradients, else the optional ungated branch outputs
+ * saved for the backward (o_cmp, o_slc, o_swa; NULL: not saved). */
 #if BWD_PRE
 #define NSA_FWD_OUT_ARGS                                                                                   \
     __global const store_t *o, idx_t o_off, idx4_t o_st, __global float *lse_cmp, idx_t lc_off, idx4_t lc_st, \
@@ -35,7 +36,9 @@
 #define NSA_FWD_OUT_ARGS                                                                                   \
     __global store_t *o, idx_t o_off, idx4_t o_st, __global float *lse_cmp, idx_t lc_off, idx4_t lc_st,     \
         __global float *lse_slc, idx_t ls_off, idx4_t ls_st, __global float *lse_swa, idx_t lw_off,          \
-        idx4_t lw_st, int T, float scale
+        idx4_t lw_st, int T, float scale, __global store_t *o_cmp, idx_t oc_off, idx4_t oc_st,               \
+        __global store_t *o_slc, idx_t os_off, idx4_t os_st, __global store_t *o_swa, idx_t ow_off,          \
+        idx4_t ow_st
 #endif
 
 /* nsa_bwd_dq's arguments after NSA_QUERY_ARGS (nsa_bwd_dq.cl,

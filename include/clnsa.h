@@ -285,6 +285,14 @@ typedef struct clnsa_nsa_outputs {
     clnsa_tensor block_indices; /* int32 [B, T, H, S]: the selection computed by
                                    top-k; required when top-k runs (g_slc given
                                    and no input block_indices), else ignored */
+    /* Optional [B, T, HQ, DV], o's dtype: each branch's own output before its
+     * gate (o = g_cmp o_cmp + g_slc o_slc + g_swa o_swa), rounded to the
+     * dtype. Written by the forward for the branches that are on; given to
+     * the backward for every branch that is on, they spare it recomputing
+     * the three branches (its prologue: about the cost of the forward's
+     * attention) at 3*B*T*HQ*DV elements of memory, as FlashAttention keeps
+     * o. A branch that is off leaves its tensor untouched. */
+    clnsa_tensor o_cmp, o_slc, o_swa;
 } clnsa_nsa_outputs;
 
 /* Bytes of workspace the forward needs for these arguments (0 is possible).
@@ -318,9 +326,12 @@ CLNSA_API clnsa_status clnsa_nsa_forward(clnsa_context *ctx, cl_command_queue qu
  * block_indices; `saved->o` is not read) and the output gradient `dout`
  * [B, T, HQ, DV]; writes the gradients in `grads`.
  *
- * It recomputes what is cheaper to recompute than to store: the compressed
- * K/V and each branch's output (for the gate gradients and the softmax
- * correction term). No gradient flows through the top-k choice.
+ * It recomputes the compressed K/V, and each branch's output (for the gate
+ * gradients and the softmax correction term) unless the forward saved them:
+ * saved->o_cmp / o_slc / o_swa, given for every branch that is on or for
+ * none (some but not all is an error). The saved outputs are rounded to the
+ * dtype, the recomputed ones are not: gradients differ by that rounding.
+ * No gradient flows through the top-k choice.
  *
  * Deterministic: the same inputs give bitwise identical gradients run after
  * run and for any work-group size of a configuration. No floating-point
@@ -333,7 +344,7 @@ CLNSA_API clnsa_status clnsa_nsa_forward(clnsa_context *ctx, cl_command_queue qu
  * correction terms, 4*B*T*H*(DK+DV) of f32 dk/dv partial sums, 4*NCmax*H*
  * (DK+DV) of compressed-K/V gradients, and for the selected branch
  * 4*B*H*(T*S + (NB+1)*(C+2)) bytes of inverted index (NB selection blocks,
- * C <= 64 token chunks); linear compression adds its GEMM operands.
+ * C <= 1024 token chunks); linear compression adds its GEMM operands.
  */
 typedef struct clnsa_nsa_grads {
     clnsa_tensor dq, dk, dv;          /* required, shapes of q, k, v */

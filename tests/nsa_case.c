@@ -171,6 +171,18 @@ void nsa_run_setup(const test_env *env, nsa_run *r, const nsa_case *c, uint64_t 
     out->block_indices = tensor4(r->bi_m, CLNSA_DTYPE_I32, c->B, c->T, c->H, c->S);
 }
 
+void nsa_run_save_branches(const test_env *env, nsa_run *r)
+{
+    const nsa_case *c = r->c;
+    const bool on[3] = {c->cmp, c->slc, c->swa};
+    clnsa_tensor *ob[3] = {&r->out.o_cmp, &r->out.o_slc, &r->out.o_swa};
+    for (int i = 0; i < 3; ++i) {
+        if (!on[i]) continue;
+        r->ob_m[i] = poisoned(env, r->nq * c->DV, c->dt);
+        *ob[i] = tensor4(r->ob_m[i], c->dt, c->B, c->T, c->HQ, c->DV);
+    }
+}
+
 /* The compressed tensors as the device computes them, for the reference. */
 static void ref_compressed(nsa_run *r)
 {
@@ -216,6 +228,9 @@ void nsa_run_forward(const test_env *env, nsa_run *r)
     for (int i = 0; i < 3; ++i) {
         r->lse[i] = malloc(r->nq * sizeof(double));
         download(env, r->lse_m[i], r->nq, CLNSA_DTYPE_F32, r->lse[i]);
+        if (!r->ob_m[i]) continue;
+        r->ob[i] = malloc(r->nq * c->DV * sizeof(double));
+        download(env, r->ob_m[i], r->nq * c->DV, c->dt, r->ob[i]);
     }
     r->topk_ran = c->slc && !r->given;
     r->bi = malloc(r->nk * c->S * sizeof *r->bi);
@@ -241,7 +256,9 @@ void nsa_run_free(nsa_run *r)
     free(r->counts);
     for (int i = 0; i < 3; ++i) {
         free(r->lse[i]);
+        free(r->ob[i]);
         clReleaseMemObject(r->lse_m[i]);
+        if (r->ob_m[i]) clReleaseMemObject(r->ob_m[i]);
     }
     clReleaseMemObject(r->o_m);
     clReleaseMemObject(r->bi_m);
@@ -320,9 +337,12 @@ void nsa_check_forward(const nsa_run *r)
     const double tol = nsa_tol(c->dt);
     if (r->topk_ran) check_topk(r);
     ref_nsa_inputs rin = nsa_run_ref_inputs(r);
-    double *ro = calloc(r->nq * c->DV, sizeof *ro), *rl[3];
-    for (int i = 0; i < 3; ++i) rl[i] = calloc(r->nq, sizeof(double));
-    ref_nsa_outputs rout = {ro, NULL, NULL, NULL, rl[0], rl[1], rl[2], NULL};
+    double *ro = calloc(r->nq * c->DV, sizeof *ro), *rl[3], *rob[3];
+    for (int i = 0; i < 3; ++i) {
+        rl[i] = calloc(r->nq, sizeof(double));
+        rob[i] = calloc(r->nq * c->DV, sizeof(double));
+    }
+    ref_nsa_outputs rout = {ro, rob[0], rob[1], rob[2], rl[0], rl[1], rl[2], NULL};
     ref_nsa_fwd(&r->sh, &rin, &rout);
     double e = rel_l2(r->o, ro, r->nq * c->DV);
     if (!(e < tol)) print_error("%s: o rel L2 %.3g\n", c->name, e);
@@ -333,9 +353,16 @@ void nsa_check_forward(const nsa_run *r)
         double el = rel_l2_lse(r->lse[i], rl[i], r->nq);
         if (!(el < tol)) print_error("%s: lse[%d] rel L2 %.3g\n", c->name, i, el);
         assert_true(el < tol);
+        if (!r->ob[i]) continue;
+        el = rel_l2(r->ob[i], rob[i], r->nq * c->DV);
+        if (!(el < tol)) print_error("%s: saved branch output %d rel L2 %.3g\n", c->name, i, el);
+        assert_true(el < tol);
     }
     free(ro);
-    for (int i = 0; i < 3; ++i) free(rl[i]);
+    for (int i = 0; i < 3; ++i) {
+        free(rl[i]);
+        free(rob[i]);
+    }
 }
 
 /* The shapes both the forward and the backward tests run: G in {1, 2, 3, 4,

@@ -37,8 +37,9 @@ typedef struct {
     clnsa_nsa_inputs in;
     clnsa_nsa_outputs out;
     cl_mem o_m, lse_m[3], bi_m, ws;
+    cl_mem ob_m[3]; /* saved branch outputs (nsa_run_save_branches), else NULL */
     /* after nsa_run_forward: device results */
-    double *o, *lse[3];
+    double *o, *lse[3], *ob[3];
     int *bi;        /* block indices used: the top-k's, or the given ones */
     bool topk_ran;
     double *rkc, *rvc; /* reference compressed K/V (rounded like the device's) */
@@ -49,6 +50,10 @@ void dfree(dbuf *b);
 ref_nsa_shape nsa_case_shape(const nsa_case *c);
 /* Builds the inputs and poisoned outputs. */
 void nsa_run_setup(const test_env *env, nsa_run *r, const nsa_case *c, uint64_t seed);
+/* Asks the forward to save each branch's output (poisoned buffers for the
+ * branches that are on), which the backward then reads instead of
+ * recomputing them. */
+void nsa_run_save_branches(const test_env *env, nsa_run *r);
 /* Runs the forward on the device (asserting success) and reads the results. */
 void nsa_run_forward(const test_env *env, nsa_run *r);
 /* The reference inputs for this run: with the device's block indices. */
@@ -59,8 +64,8 @@ double nsa_tol(clnsa_dtype dt);
 /* CLNSA_TEST_CASE=name runs only the case of that name, or of the names
  * separated by '|' (debugging). */
 bool nsa_case_selected(const char *name);
-/* Asserts the forward's results against the double-precision reference: o
- * and each branch's lse within nsa_tol, and, when the top-k ran, its
+/* Asserts the forward's results against the double-precision reference: o,
+ * each branch's lse and saved output within nsa_tol, and, when the top-k ran, its
  * selection: per row the reference's number of blocks, none repeated, each
  * one's reference importance at least the reference's last selected block's
  * (up to a relative 1e-5, 2e-3 for f16 / bf16 storage, so that a near-tie

@@ -189,7 +189,7 @@ enum {
     NO_MESSAGE = 2,  /* no context to hold a message */
 };
 
-#define MAX_WATCH 12
+#define MAX_WATCH 15
 
 /* Runs c (its *_v members, or NULL where asked), expects
  * `want` and a message containing `name`, and checks that no output buffer
@@ -206,7 +206,8 @@ static void expect_fail_(call c, clnsa_status want, const char *name, unsigned f
     int nw = 0;
     cl_mem cand[] = {base.o, base.lse[0], base.lse[1], base.lse[2], base.bi, base.ws, c.ws,
                      out ? out->o.data : NULL, out ? out->lse_cmp.data : NULL, out ? out->lse_slc.data : NULL,
-                     out ? out->lse_swa.data : NULL, out ? out->block_indices.data : NULL};
+                     out ? out->lse_swa.data : NULL, out ? out->block_indices.data : NULL, out ? out->o_cmp.data : NULL,
+                     out ? out->o_slc.data : NULL, out ? out->o_swa.data : NULL};
     for (size_t i = 0; i < sizeof cand / sizeof cand[0]; ++i) {
         bool dup = !cand[i];
         for (int j = 0; j < nw && !dup; ++j) dup = watch[j] == cand[i];
@@ -419,6 +420,47 @@ static void test_dtype_mismatch(void **state)
     c = valid_call();
     c.out_v.block_indices.dtype = F32;
     expect_fail(c, CLNSA_ERROR_INVALID_DTYPE, "out.block_indices:", 0);
+}
+
+/* The saved branch outputs: checked like o in the forward; the backward
+ * takes them for every branch that is on or for none, and refuses some
+ * without enqueueing anything. */
+static void test_saved_branch_outputs(void **state)
+{
+    (void)state;
+    const shape *sh = &base_shape;
+    const size_t nq = (size_t)sh->B * sh->T * sh->HQ;
+    call c = valid_call();
+    c.out_v.o_slc = tensor4(big(nq * sh->D), F32, sh->B, sh->T + 1, sh->HQ, sh->D);
+    expect_fail(c, CLNSA_ERROR_SHAPE_MISMATCH, "o_slc:", 0);
+    c = valid_call();
+    c.out_v.o_cmp = tensor4(big(nq * sh->D), CLNSA_DTYPE_BF16, sh->B, sh->T, sh->HQ, sh->D);
+    expect_fail(c, CLNSA_ERROR_INVALID_DTYPE, "o_cmp:", 0);
+
+    clnsa_nsa_outputs saved = base.out;
+    saved.o_cmp = tensor4(big(nq * sh->D), F32, sh->B, sh->T, sh->HQ, sh->D);
+    const clnsa_tensor dout = tensor4(big(nq * sh->D), F32, sh->B, sh->T, sh->HQ, sh->D);
+    clnsa_nsa_grads gr = {0};
+    gr.dq = tensor4(big(nq * sh->D), F32, sh->B, sh->T, sh->HQ, sh->D);
+    gr.dk = tensor4(big(nq * sh->D), F32, sh->B, sh->T, sh->H, sh->D);
+    gr.dv = tensor4(big(nq * sh->D), F32, sh->B, sh->T, sh->H, sh->D);
+    size_t bytes = 1;
+    assert_int_equal(clnsa_nsa_backward_workspace_size(env.ctx, env.queue, &base.cfg, &base.in, &saved, &dout, &gr, &bytes),
+                     CLNSA_ERROR_NULL_ARGUMENT);
+    assert_true(names(clnsa_last_error(env.ctx), "saved.o_slc:"));
+    unsigned char *before = sentinel(env.queue, gr.dq.data, 3);
+    cl_event ev = (cl_event)(uintptr_t)0x1234;
+    assert_int_equal(clnsa_nsa_backward(env.ctx, env.queue, &base.cfg, &base.in, &saved, &dout, &gr, base.ws, base.ws_bytes,
+                                        0, NULL, &ev),
+                     CLNSA_ERROR_NULL_ARGUMENT);
+    print_message("  %s\n", clnsa_last_error(env.ctx));
+    assert_true(names(clnsa_last_error(env.ctx), "saved.o_slc:"));
+    assert_null(ev);
+    assert_int_equal(clFinish(env.queue), CL_SUCCESS);
+    unsigned char *after = read_all(env.queue, gr.dq.data);
+    assert_memory_equal(before, after, mem_bytes(gr.dq.data));
+    free(before);
+    free(after);
 }
 
 /* ------------------------------------------------------------ shapes */
@@ -1038,6 +1080,7 @@ int main(void)
         cmocka_unit_test(test_context_create_foreign_device),
         cmocka_unit_test(test_unknown_dtype),
         cmocka_unit_test(test_dtype_mismatch),
+        cmocka_unit_test(test_saved_branch_outputs),
         cmocka_unit_test(test_shape_T_differs),
         cmocka_unit_test(test_shape_H_not_dividing),
         cmocka_unit_test(test_shape_head_dim_not_multiple_of_8),

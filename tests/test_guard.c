@@ -5,7 +5,7 @@
  * run must write exactly the view, with values bitwise equal to the first
  * (the ops are deterministic), and leave every input buffer byte-identical.
  * Ops: NSA forward (top-k on and given indices, mean / linear / given
- * compression, f32 and bf16) and backward (every gradient: dq, dk, dv, gates,
+ * compression, f32 and bf16; the saved branch outputs too) and backward (every gradient: dq, dk, dv, gates,
  * dk_cmp / dv_cmp, dW / db / dpe), block-sparse forward and backward (o, lse,
  * dq, dk, dv, dsinks), and the block-mask builders (build, combine, host). */
 #include "guard.h"
@@ -57,6 +57,7 @@ static void nsa_forward_guarded(const char *name)
     assert_non_null(c);
     nsa_run r;
     nsa_run_setup(&env, &r, c, 4242);
+    nsa_run_save_branches(&env, &r);
     nsa_run_forward(&env, &r);
 
     clnsa_nsa_outputs out = r.out;
@@ -66,9 +67,11 @@ static void nsa_forward_guarded(const char *name)
         if (!on[i]) lse[i]->data = NULL;
     if (!r.topk_ran) out.block_indices.data = NULL; /* ignored then */
     const clnsa_nsa_outputs plain = out;
-    static const char *const names[] = {"o", "lse_cmp", "lse_slc", "lse_swa", "block_indices"};
+    static const char *const names[] = {"o", "lse_cmp", "lse_slc", "lse_swa", "block_indices", "o_cmp", "o_slc", "o_swa"};
+    const int nv = (int)(sizeof out / sizeof(clnsa_tensor));
+    assert_int_equal(nv, 8);
     guard_set gs;
-    guards_place(&gs, (clnsa_tensor *)&out, 5, true);
+    guards_place(&gs, (clnsa_tensor *)&out, nv, true);
 
     snapshot in = {0};
     snapshot_add(&env, &in, TENSORS_OF(r.in));
@@ -84,12 +87,14 @@ static void nsa_forward_guarded(const char *name)
     nsa_run_free(&r);
 }
 
-static void nsa_backward_guarded(const char *name)
+/* saved_branches: the backward reads the forward's saved branch outputs. */
+static void nsa_backward_guarded(const char *name, bool saved_branches)
 {
     const nsa_case *c = nsa_case_named(name);
     assert_non_null(c);
     nsa_run r;
     nsa_run_setup(&env, &r, c, 99);
+    if (saved_branches) nsa_run_save_branches(&env, &r);
     nsa_run_forward(&env, &r);
     bwd_bufs b;
     bwd_setup(&env, &b, &r, 7);
@@ -134,10 +139,10 @@ static void test_nsa_forward(void **state)
 static void test_nsa_backward(void **state)
 {
     (void)state;
-    nsa_backward_guarded("all branches G=1");
-    nsa_backward_guarded("given k_cmp v_cmp");
-    nsa_backward_guarded("linear compression");
-    nsa_backward_guarded("bf16 all");
+    nsa_backward_guarded("all branches G=1", true);
+    nsa_backward_guarded("given k_cmp v_cmp", false);
+    nsa_backward_guarded("linear compression", false);
+    nsa_backward_guarded("bf16 all", true);
 }
 
 /* ---------------------------------------------------- block-sparse */

@@ -1,5 +1,6 @@
 /* test_nsa_fwd.c: the NSA forward against the double-precision reference on
- * random shapes (not multiples of the tiles), with poisoned outputs. */
+ * random shapes (not multiples of the tiles), with poisoned outputs, each
+ * branch's saved output included. */
 #include "nsa_case.h"
 
 #include <setjmp.h>
@@ -18,6 +19,7 @@ static void run_case(const nsa_case *c, uint64_t seed)
     if (!nsa_case_selected(c->name)) return;
     nsa_run r;
     nsa_run_setup(&env, &r, c, seed);
+    nsa_run_save_branches(&env, &r);
     nsa_run_forward(&env, &r);
     nsa_check_forward(&r);
     nsa_run_free(&r);

@@ -4,7 +4,8 @@
  * cores where the device has them, emulated elsewhere (PoCL in CI), so the
  * same kernel source is checked on every device. Shapes are not multiples
  * of the key chunk, sequences of varlen batches are empty or shorter than a
- * block, G = 20 takes two head tiles; outputs are poisoned. Each case also
+ * block, G = 20 takes two head tiles; outputs are poisoned (the forward's
+ * saved branch outputs too, read by every other backward). Each case also
  * asserts that the warp kernels ran (their programs were built). */
 #include "nsa_bwd_run.h"
 #include "programs.h"
@@ -67,6 +68,7 @@ static void test_forward(void **state)
         if (!nsa_case_selected(c->name)) continue;
         nsa_run r;
         nsa_run_setup(&env, &r, c, 500 + i);
+        nsa_run_save_branches(&env, &r);
         nsa_run_forward(&env, &r);
         nsa_check_forward(&r);
         nsa_run_free(&r);
@@ -96,6 +98,7 @@ static void test_backward(void **state)
         if (!nsa_case_selected(c->name)) continue;
         nsa_run r;
         nsa_run_setup(&env, &r, c, 900 + i);
+        if (i % 2 == 1) nsa_run_save_branches(&env, &r); /* the backward's prologue reads them */
         nsa_run_forward(&env, &r);
         bwd_bufs b;
         bwd_setup(&env, &b, &r, 77 + i);

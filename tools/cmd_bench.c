@@ -33,7 +33,7 @@ static const char *const method_names[M_COUNT] = {"cmp", "topk+slc", "slc", "swa
 
 typedef struct {
     int HQ, H, D, window, repeat, dtype, S, block;
-    bool no_bwd, no_dense, no_startup, profile;
+    bool no_bwd, no_dense, no_startup, profile, recompute;
     const char *Ts, *json, *svg, *device, *methods;
 } bench_opts;
 
@@ -44,6 +44,7 @@ typedef struct {
 
 typedef struct {
     cl_mem o, bi, lse[3], dq, dk, dv;
+    cl_mem ob[3]; /* the NSA branch outputs a training forward saves (NULL: --recompute or --no-bwd) */
 } output_set;
 
 typedef struct {
@@ -95,6 +96,7 @@ static int make_outputs(const cli_env *env, const bench_opts *o, int T, clnsa_dt
               (s->dq = cli_buffer(env, nq * o->D * es, NULL)) && (s->dk = cli_buffer(env, nk * o->D * es, NULL)) &&
               (s->dv = cli_buffer(env, nk * o->D * es, NULL));
     for (int i = 0; ok && i < 3; ++i) ok = (s->lse[i] = cli_buffer(env, nq * 4, NULL)) != NULL;
+    for (int i = 0; ok && !o->no_bwd && !o->recompute && i < 3; ++i) ok = (s->ob[i] = cli_buffer(env, nq * o->D * es, NULL)) != NULL;
     if (!ok) release(&s->o, sizeof *s / sizeof(cl_mem));
     return ok ? 0 : -1;
 }
@@ -106,7 +108,7 @@ typedef struct {
     bool dense;
     clnsa_nsa_config cfg;
     clnsa_nsa_inputs in;
-    clnsa_nsa_outputs out;
+    clnsa_nsa_outputs out, out_train; /* out_train: out and the saved branch outputs */
     clnsa_nsa_grads gr;
     clnsa_tensor dout;
     clnsa_blocksparse_config bcfg;
@@ -151,6 +153,11 @@ static void describe(const bench_opts *o, int T, clnsa_dtype dt, int m, const in
     c->out.block_indices = cli_t4(os->bi, CLNSA_DTYPE_I32, 1, T, H, o->S);
     clnsa_tensor *lse[3] = {&c->out.lse_cmp, &c->out.lse_slc, &c->out.lse_swa};
     for (int i = 0; i < 3; ++i) *lse[i] = cli_t3(os->lse[i], CLNSA_DTYPE_F32, 1, T, HQ);
+    c->out_train = c->out;
+    const bool on[3] = {c->in.g_cmp.data != NULL, c->in.g_slc.data != NULL, c->in.g_swa.data != NULL};
+    clnsa_tensor *ob[3] = {&c->out_train.o_cmp, &c->out_train.o_slc, &c->out_train.o_swa};
+    for (int i = 0; i < 3; ++i)
+        if (on[i] && os->ob[i]) *ob[i] = cli_t4(os->ob[i], dt, 1, T, HQ, D);
     c->gr.dq = dq;
     c->gr.dk = dk;
     c->gr.dv = dv;
@@ -163,29 +170,35 @@ static clnsa_status workspace_size(const cli_env *env, method_call *c, bool bwd,
                                : clnsa_nsa_forward_workspace_size(env->ctx, env->queue, &c->cfg, &c->in, &c->out, &f);
     if (st == CLNSA_SUCCESS && bwd)
         st = c->dense ? clnsa_blocksparse_backward_workspace_size(env->ctx, &c->bcfg, &c->bin, &c->bgin, &c->bgr, &b)
-                      : clnsa_nsa_backward_workspace_size(env->ctx, env->queue, &c->cfg, &c->in, &c->out, &c->dout, &c->gr,
-                                                          &b);
+                      : clnsa_nsa_backward_workspace_size(env->ctx, env->queue, &c->cfg, &c->in, &c->out_train, &c->dout,
+                                                          &c->gr, &b);
     *bytes = f > b ? f : b;
     return st;
 }
 
-static clnsa_status enqueue(const cli_env *env, method_call *c, bool bwd, cl_mem ws, size_t bytes, cl_event after,
+/* The passes of a timed run: the forward as inference runs it, the forward
+ * as training runs it (saving what the backward reads), the backward. */
+enum { P_FWD, P_TRAIN_FWD, P_BWD, P_COUNT };
+
+static clnsa_status enqueue(const cli_env *env, method_call *c, int pass, cl_mem ws, size_t bytes, cl_event after,
                             cl_event *done)
 {
+    const bool bwd = pass == P_BWD;
     if (c->dense && bwd)
         return clnsa_blocksparse_backward(env->ctx, env->queue, &c->bcfg, &c->bin, &c->bgin, &c->bgr, ws, bytes, 1, &after,
                                           done);
     if (c->dense)
         return clnsa_blocksparse_forward(env->ctx, env->queue, &c->bcfg, &c->bin, &c->bout, ws, bytes, 1, &after, done);
     if (bwd)
-        return clnsa_nsa_backward(env->ctx, env->queue, &c->cfg, &c->in, &c->out, &c->dout, &c->gr, ws, bytes, 1, &after,
-                                  done);
-    return clnsa_nsa_forward(env->ctx, env->queue, &c->cfg, &c->in, &c->out, ws, bytes, 1, &after, done);
+        return clnsa_nsa_backward(env->ctx, env->queue, &c->cfg, &c->in, &c->out_train, &c->dout, &c->gr, ws, bytes, 1,
+                                  &after, done);
+    return clnsa_nsa_forward(env->ctx, env->queue, &c->cfg, &c->in, pass == P_TRAIN_FWD ? &c->out_train : &c->out, ws,
+                             bytes, 1, &after, done);
 }
 
 /* One more run of the op with every kernel's event kept: prints each
  * kernel's device time (summed over its launches) on one line. */
-static void profile_once(const cli_env *env, method_call *c, bool bwd, cl_mem ws, size_t bytes, const char *method, int T)
+static void profile_once(const cli_env *env, method_call *c, int pass, cl_mem ws, size_t bytes, const char *method, int T)
 {
     tune_hook h = {.ctx = env->ctx, .family = -1, .capture = "*"};
     cl_event done = NULL, start;
@@ -193,7 +206,7 @@ static void profile_once(const cli_env *env, method_call *c, bool bwd, cl_mem ws
     start = clCreateUserEvent(env->cl, &err);
     if (err != CL_SUCCESS) return;
     tune_hook_set(&h);
-    const clnsa_status st = enqueue(env, c, bwd, ws, bytes, start, &done);
+    const clnsa_status st = enqueue(env, c, pass, ws, bytes, start, &done);
     tune_hook_set(NULL);
     clSetUserEventStatus(start, CL_COMPLETE);
     clReleaseEvent(start);
@@ -212,19 +225,23 @@ static void profile_once(const cli_env *env, method_call *c, bool bwd, cl_mem ws
         if (k == n) names[n] = h.event_kernels[i], ms[n++] = 0;
         ms[k] += t1 > t0 ? (double)(t1 - t0) * 1e-6 : 0;
     }
-    printf("\n  profile %s %s T=%d (ms):", method, bwd ? "bwd" : "fwd", T);
+    static const char *const pass_names[P_COUNT] = {"fwd", "training fwd", "bwd"};
+    printf("\n  profile %s %s T=%d (ms):", method, pass_names[pass], T);
     for (int k = 0; k < n; ++k) printf(" %s %.3f", names[k], ms[k]);
     printf("\n        ");
 }
 
-/* Median forward and backward ms of one method at one T (each run's
- * backward right after its forward, so it sees that forward's saved
- * tensors); -1 where not asked or failed. */
+/* Median forward and backward ms of one method at one T; -1 where not asked
+ * or failed. Each run times the inference forward, then (with the backward)
+ * the training forward, which also saves the NSA branch outputs unless
+ * --recompute, and the backward that reads them: bwd_ms is the training
+ * step's median less the forward's, so that fwd + bwd is the training step.
+ * The dense method's forward saves all its backward needs: no second one. */
 static void time_method(const cli_env *env, const bench_opts *o, int T, clnsa_dtype dt, int m, const input_set sets[2],
                         const output_set *os, double *fwd_ms, double *bwd_ms)
 {
     const bool bwd = !o->no_bwd;
-    double ms[2][64];
+    double ms[P_COUNT][64];
     *fwd_ms = *bwd_ms = -1;
     method_call c;
     describe(o, T, dt, m, &sets[0], os, &c);
@@ -238,11 +255,12 @@ static void time_method(const cli_env *env, const bench_opts *o, int T, clnsa_dt
     int runs = 0;
     for (int it = -1; it < o->repeat; ++it) { /* it = -1: warm-up (builds the programs) */
         describe(o, T, dt, m, &sets[(it + 2) % 2], os, &c);
-        for (int pass = 0; pass < (bwd ? 2 : 1); ++pass) {
+        for (int pass = 0; pass < (bwd ? P_COUNT : 1); ++pass) {
+            if (pass == P_TRAIN_FWD && c.dense) continue;
             cli_timer t;
             cl_event done = NULL;
             if (cli_timer_begin(env, &t)) goto out;
-            const clnsa_status st = enqueue(env, &c, pass == 1, ws, bytes, t.marker, &done);
+            const clnsa_status st = enqueue(env, &c, pass, ws, bytes, t.marker, &done);
             if (st != CLNSA_SUCCESS) {
                 cli_timer_end(&t, NULL);
                 cli_report(env, method_names[m], st);
@@ -256,15 +274,20 @@ static void time_method(const cli_env *env, const bench_opts *o, int T, clnsa_dt
         runs = it + 1;
     }
     if (o->profile && runs == o->repeat)
-        for (int pass = 0; pass < (bwd ? 2 : 1); ++pass) profile_once(env, &c, pass == 1, ws, bytes, method_names[m], T);
+        for (int pass = 0; pass < (bwd ? P_COUNT : 1); ++pass)
+            if (pass != P_TRAIN_FWD || !c.dense) profile_once(env, &c, pass, ws, bytes, method_names[m], T);
 out:
     clReleaseMemObject(ws);
     if (runs < o->repeat) return;
-    cli_sort_doubles(ms[0], (size_t)runs);
-    *fwd_ms = ms[0][runs / 2];
+    double fwd_sorted[64];
+    memcpy(fwd_sorted, ms[P_FWD], (size_t)runs * sizeof *fwd_sorted);
+    cli_sort_doubles(fwd_sorted, (size_t)runs);
+    *fwd_ms = fwd_sorted[runs / 2];
     if (bwd) {
-        cli_sort_doubles(ms[1], (size_t)runs);
-        *bwd_ms = ms[1][runs / 2];
+        double step[64];
+        for (int i = 0; i < runs; ++i) step[i] = ms[c.dense ? P_FWD : P_TRAIN_FWD][i] + ms[P_BWD][i];
+        cli_sort_doubles(step, (size_t)runs);
+        *bwd_ms = step[runs / 2] - *fwd_ms;
     }
 }
 
@@ -452,7 +475,7 @@ static void write_svg(const char *path, const cli_env *env, const bench_row *row
 
 int cmd_bench(int argc, char **argv)
 {
-    bench_opts o = {64, 4, 128, 512, 5, 2, 16, 64, false, false, false, false, "4096,8192,16384,32768,65536", NULL, NULL, NULL, NULL};
+    bench_opts o = {64, 4, 128, 512, 5, 2, 16, 64, false, false, false, false, false, "4096,8192,16384,32768,65536", NULL, NULL, NULL, NULL};
     const cli_opt opts[] = {
         {"--T", OPT_STRING, &o.Ts, 0, 0, NULL, "LIST", "tokens, comma-separated (default 4096,8192,16384,32768,65536)"},
         {"--HQ", OPT_INT, &o.HQ, 1, 1024, NULL, "N", "query heads (default 64)"},
@@ -464,6 +487,8 @@ int cmd_bench(int argc, char **argv)
         {"--dtype", OPT_CHOICE, &o.dtype, 0, 0, "f32|f16|bf16", NULL, "storage dtype (default bf16)"},
         {"--repeat", OPT_INT, &o.repeat, 1, 64, NULL, "N", "timed runs after a warm-up, median taken (default 5)"},
         {"--no-bwd", OPT_FLAG, &o.no_bwd, 0, 0, NULL, NULL, "forward only"},
+        {"--recompute", OPT_FLAG, &o.recompute, 0, 0, NULL, NULL,
+         "the NSA backward recomputes the branch outputs instead of reading the training forward's saved ones"},
         {"--no-dense", OPT_FLAG, &o.no_dense, 0, 0, NULL, NULL, "skip the dense causal baselines (dense, clblast)"},
         {"--no-startup", OPT_FLAG, &o.no_startup, 0, 0, NULL, NULL, "skip the start-up timing"},
         {"--profile", OPT_FLAG, &o.profile, 0, 0, NULL, NULL, "after each method's timing, one more run: the time of each kernel"},

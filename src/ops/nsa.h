@@ -17,6 +17,7 @@ typedef struct {
     bool cmp_given, linear, run_topk, need_cmp; /* need_cmp: compressed K/V are read */
     bool idx_long;
     int nc_rows; /* rows of the compressed tensors per batch row */
+    bool saved_branches; /* backward: the forward saved every branch's output (o_cmp ...) */
     warp_mode warp; /* the tensor-core path's warp kernels, or WARP_OFF (nsa_validate) */
 } nsa_problem;
 
@@ -74,11 +75,13 @@ void nsa_branch_defines(const nsa_problem *pb, const clnsa_nsa_inputs *in, char 
  * and sets its leading arguments, q .. block_counts; the caller adds the
  * mode's own. files: the portable kernel's (the warp path has its own);
  * acc_dim: the head dim of the per-row accumulator; stored: the per-row
- * output the kernel writes (o, dq; NULL for none). */
+ * output the kernel writes (o, dq; NULL for none); saves_aligned: the
+ * forward's saved branch outputs (if any) have aligned rows. */
 clnsa_status nsa_plan_query_kernel(clnsa_context *ctx, op_plan *p, const nsa_problem *pb, const clnsa_nsa_inputs *in,
                                    const char *const *files, const char *name, attn_kind kind, int acc_dim,
-                                   const clnsa_tensor *stored, const clnsa_tensor *kc, const clnsa_tensor *vc,
-                                   const clnsa_tensor *bidx, cl_mem ws, const nsa_workspace *lay, kargs *a);
+                                   const clnsa_tensor *stored, bool saves_aligned, const clnsa_tensor *kc,
+                                   const clnsa_tensor *vc, const clnsa_tensor *bidx, cl_mem ws, const nsa_workspace *lay,
+                                   kargs *a);
 clnsa_status nsa_check_workspace(clnsa_context *ctx, const nsa_workspace *lay, cl_mem ws, size_t ws_bytes);
 
 #endif

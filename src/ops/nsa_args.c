@@ -150,6 +150,37 @@ static clnsa_status check_inputs(clnsa_context *ctx, const clnsa_nsa_inputs *in,
     return CLNSA_SUCCESS;
 }
 
+/* The optional ungated branch outputs o_cmp, o_slc, o_swa: checked when
+ * present; the backward takes them for all the branches that are on or
+ * for none. */
+static clnsa_status check_branch_outputs(clnsa_context *ctx, const clnsa_nsa_outputs *out, nsa_problem *pb, bool saved)
+{
+    const struct { const clnsa_tensor *t; const char *name; bool on; } ob[] = {
+        {&out->o_cmp, saved ? "saved.o_cmp" : "o_cmp", pb->has_cmp},
+        {&out->o_slc, saved ? "saved.o_slc" : "o_slc", pb->has_slc},
+        {&out->o_swa, saved ? "saved.o_swa" : "o_swa", pb->has_swa},
+    };
+    int given = 0, on = 0, missing = -1, present = -1;
+    for (int i = 0; i < 3; ++i) {
+        CHECK(check_opt(ctx, ob[i].t, (tensor_spec){ob[i].name, pb->dtype, 4, {pb->B, pb->T, pb->HQ, pb->DV}, !saved}));
+        if (!ob[i].on) continue;
+        ++on;
+        if (tensor_present(ob[i].t)) {
+            ++given;
+            if (present < 0) present = i;
+        } else if (missing < 0) {
+            missing = i;
+        }
+    }
+    if (saved && given > 0 && given < on)
+        return cx_fail(ctx, CLNSA_ERROR_NULL_ARGUMENT,
+                       "%s: expected a buffer since %s is given (the backward takes the saved outputs of every "
+                       "branch that is on, or of none), got NULL",
+                       ob[missing].name, ob[present].name);
+    pb->saved_branches = saved && on > 0 && given == on;
+    return CLNSA_SUCCESS;
+}
+
 /* The forward's outputs, or (backward) what the forward saved: then o is not
  * read, and the lse of every branch that is on and the top-k's indices are
  * inputs that must be there. */
@@ -167,6 +198,7 @@ static clnsa_status check_outputs(clnsa_context *ctx, const clnsa_nsa_outputs *o
         tensor_spec sp = spec(lse[i].name, CLNSA_DTYPE_F32, 3, B, T, HQ, 0, w);
         CHECK(saved && lse[i].on ? tensor_check(ctx, lse[i].t, &sp) : check_opt(ctx, lse[i].t, sp));
     }
+    CHECK(check_branch_outputs(ctx, out, pb, saved));
     if (pb->run_topk)
         CHECK(tensor_check(ctx, &out->block_indices,
                            &(tensor_spec){saved ? "saved.block_indices" : "out.block_indices", CLNSA_DTYPE_I32, 4,
@@ -210,7 +242,8 @@ clnsa_status nsa_validate(clnsa_context *ctx, const clnsa_nsa_config *cfg, const
     CHECK(check_outputs(ctx, out, pb, saved));
     const clnsa_tensor *all[] = {&in->q, &in->k, &in->v, &in->g_cmp, &in->g_slc, &in->g_swa, &in->k_cmp,
                                  &in->v_cmp, &in->block_indices, &in->block_counts, &out->o, &out->lse_cmp,
-                                 &out->lse_slc, &out->lse_swa, &out->block_indices};
+                                 &out->lse_slc, &out->lse_swa, &out->block_indices, &out->o_cmp, &out->o_slc,
+                                 &out->o_swa};
     pb->idx_long = needs_long_index(all, sizeof all / sizeof all[0]) ||
                    (uint64_t)pb->nc_rows * pb->B * pb->H * (pb->DK > pb->DV ? pb->DK : pb->DV) * pb->cfg.cmp_block > 0x7fffffffull;
     pb->warp = choose_warp(ctx, pb, in);

@@ -1,6 +1,7 @@
 /* nsa_bwd.c: the NSA backward, as one op plan:
  *   1. recompute the compressed K/V (and the sequence/block offsets);
- *   2. prologue (nsa_fwd.cl, BWD_PRE): per row dg_b = do.o_b, D_b = g_b dg_b;
+ *   2. prologue: per row dg_b = do.o_b, D_b = g_b dg_b, from the forward's
+ *      saved o_b (nsa_bwd_delta.cl) or recomputing them (nsa_fwd.cl, BWD_PRE);
  *   3. dq, owned by the query (nsa_bwd_dq.cl);
  *   4. selected branch: invert block_indices into per-block query lists
  *      (nsa_select_index.cl);
@@ -21,6 +22,7 @@ static const char *const dkdv_files[] = {"common.h", "nsa_ranges.h", "nsa_dkdv.h
 static const char *const dkdv_warp_files[] = {"common.h", "warp_mma.h", "warp_attn.h", "nsa_ranges.h", "nsa_dkdv.h",
                                               "nsa_bwd_dkdv_warp.cl", NULL};
 static const char *const index_files[] = {"common.h", "nsa_ranges.h", "nsa_select_index.cl", NULL};
+static const char *const delta_files[] = {"common.h", "nsa_bwd_delta.cl", NULL};
 
 #define CHECK(x)                              \
     do {                                      \
@@ -216,7 +218,8 @@ static clnsa_status plan_bwd_workspace(clnsa_context *ctx, cl_command_queue queu
     if (pb->has_slc) {
         const int bs = pb->cfg.block_size;
         w->nblk = (pb->T + bs - 1) / bs + (pb->varlen ? pb->N : 0);
-        w->chunk = pb->T / 64 + 1 > 64 ? pb->T / 64 + 1 : 64;
+        /* up to 1024 chunks of at least 16 tokens (nsa_select_index.cl) */
+        w->chunk = (pb->T + 1023) / 1024 > 16 ? (pb->T + 1023) / 1024 : 16;
         w->nchunk = (pb->T + w->chunk - 1) / w->chunk;
         if (pb->varlen) w->blk_off = take(&cur, sizeof(cl_int) * (size_t)(pb->N + 1));
         w->cnt = take(&cur, sizeof(cl_int) * (size_t)pb->B * H * w->nchunk * w->nblk);
@@ -237,11 +240,46 @@ static clnsa_tensor ws_view3(cl_mem ws, size_t off_bytes, int64_t a, int64_t b, 
     return t;
 }
 
+/* The prologue from the forward's saved branch outputs: nsa_bwd_delta. */
+static clnsa_status plan_delta(clnsa_context *ctx, op_plan *p, const nsa_problem *pb, const bwd_args *x)
+{
+    char d[512];
+    nsa_base_defines(pb, d, sizeof d);
+    const size_t per_wg = ctx->info.max_work_group_size >= 256 ? 256 : 32, rw = per_wg / 32;
+    const size_t n = strlen(d);
+    snprintf(d + n, sizeof d - n, "#define DV %d\n#define HAS_CMP %d\n#define HAS_SLC %d\n#define HAS_SWA %d\n#define RW %zu\n",
+             pb->DV, pb->has_cmp, pb->has_slc, pb->has_swa, rw);
+    cl_program prog;
+    CHECK(program_get(ctx, delta_files, d, &prog));
+    const int64_t rows = (int64_t)pb->B * pb->T * pb->HQ;
+    kargs a;
+    CHECK(plan_add_kernel(ctx, p, prog, "nsa_bwd_delta", (size_t[3]){per_wg * (size_t)((rows + (int64_t)rw - 1) / (int64_t)rw), 1, 1},
+                          per_wg, &a, pb->idx_long));
+    ka_tensor(&a, x->dout);
+    const clnsa_tensor none = {0};
+    const bool on[3] = {pb->has_cmp, pb->has_slc, pb->has_swa};
+    const clnsa_tensor *saves[3] = {&x->saved->o_cmp, &x->saved->o_slc, &x->saved->o_swa};
+    const clnsa_tensor *gates[3] = {&x->in->g_cmp, &x->in->g_slc, &x->in->g_swa};
+    const clnsa_tensor *dg[3] = {&x->gr->dg_cmp, &x->gr->dg_slc, &x->gr->dg_swa};
+    for (int b = 0; b < 3; ++b) {
+        ka_tensor(&a, on[b] ? saves[b] : &none);
+        ka_tensor(&a, on[b] ? gates[b] : &none);
+        ka_tensor(&a, &x->dlt[b]);
+        ka_tensor(&a, on[b] ? dg[b] : &none);
+    }
+    ka_int(&a, pb->T);
+    ka_int(&a, pb->HQ);
+    ka_idx(&a, rows);
+    return plan_args_done(ctx, &a, "nsa_bwd_delta arguments");
+}
+
+/* Step 2: D_b and dg_b, from the saved branch outputs or recomputed. */
 static clnsa_status plan_prologue(clnsa_context *ctx, op_plan *p, const nsa_problem *pb, const bwd_args *x)
 {
+    if (pb->saved_branches) return plan_delta(ctx, p, pb, x);
     kargs a;
     const clnsa_tensor none = {0};
-    CHECK(nsa_plan_query_kernel(ctx, p, pb, x->in, nsa_fwd_files, "nsa_fwd", ATTN_BWD_PRE, pb->DV, NULL, &x->kc, &x->vc,
+    CHECK(nsa_plan_query_kernel(ctx, p, pb, x->in, nsa_fwd_files, "nsa_fwd", ATTN_BWD_PRE, pb->DV, NULL, true, &x->kc, &x->vc,
                                 &x->bidx, x->ws, &x->lay->fwd, &a));
     ka_tensor(&a, x->dout);
     for (int b = 0; b < 3; ++b) ka_tensor(&a, &x->dlt[b]);
@@ -257,7 +295,7 @@ static clnsa_status plan_dq(clnsa_context *ctx, op_plan *p, const nsa_problem *p
 {
     kargs a;
     const clnsa_tensor none = {0};
-    CHECK(nsa_plan_query_kernel(ctx, p, pb, x->in, dq_files, "nsa_bwd_dq", ATTN_DQ, pb->DK, &x->gr->dq, &x->kc, &x->vc, &x->bidx,
+    CHECK(nsa_plan_query_kernel(ctx, p, pb, x->in, dq_files, "nsa_bwd_dq", ATTN_DQ, pb->DK, &x->gr->dq, true, &x->kc, &x->vc, &x->bidx,
                                 x->ws, &x->lay->fwd, &a));
     ka_tensor(&a, x->dout);
     ka_tensor(&a, pb->has_cmp ? &x->saved->lse_cmp : &none);

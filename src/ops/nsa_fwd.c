@@ -87,8 +87,9 @@ static clnsa_status plan_topk(clnsa_context *ctx, op_plan *p, const nsa_problem 
 
 clnsa_status nsa_plan_query_kernel(clnsa_context *ctx, op_plan *p, const nsa_problem *pb, const clnsa_nsa_inputs *in,
                                    const char *const *files, const char *name, attn_kind kind, int acc_dim,
-                                   const clnsa_tensor *stored, const clnsa_tensor *kc, const clnsa_tensor *vc,
-                                   const clnsa_tensor *bidx, cl_mem ws, const nsa_workspace *lay, kargs *a)
+                                   const clnsa_tensor *stored, bool saves_aligned, const clnsa_tensor *kc,
+                                   const clnsa_tensor *vc, const clnsa_tensor *bidx, cl_mem ws, const nsa_workspace *lay,
+                                   kargs *a)
 {
     const tune_problem tpb = nsa_tune_problem(pb);
     const bool warp = pb->warp != WARP_OFF;
@@ -103,8 +104,8 @@ clnsa_status nsa_plan_query_kernel(clnsa_context *ctx, op_plan *p, const nsa_pro
                        (unsigned long long)ctx->info.local_mem_size);
     if (warp) { /* one warp per token and head tile */
         warp_defines(pb, &wp, defines, sizeof defines);
-        append(defines, sizeof defines, strlen(defines), "#define BWD_PRE %d\n#define OUT_VEC %d\n", kind == ATTN_BWD_PRE,
-               stored && tensor_rows_aligned(stored));
+        append(defines, sizeof defines, strlen(defines), "#define BWD_PRE %d\n#define OUT_VEC %d\n#define SAVE_VEC %d\n",
+               kind == ATTN_BWD_PRE, stored && tensor_rows_aligned(stored), saves_aligned);
         files = kind == ATTN_DQ ? dq_warp_files : fwd_warp_files;
         wg = wp.wg;
         g[0] = 32 * (size_t)pb->T * (size_t)((pb->G + 15) / 16);
@@ -142,16 +143,21 @@ static clnsa_status plan_attn(clnsa_context *ctx, op_plan *p, const nsa_problem 
 {
     const clnsa_tensor *bidx = tensor_present(&in->block_indices) ? &in->block_indices : &out->block_indices;
     const clnsa_tensor none = {0};
+    const bool on[3] = {pb->has_cmp, pb->has_slc, pb->has_swa};
+    const clnsa_tensor *lse[3] = {&out->lse_cmp, &out->lse_slc, &out->lse_swa};
+    const clnsa_tensor *saves[3] = {&out->o_cmp, &out->o_slc, &out->o_swa};
+    bool saves_aligned = true;
+    for (int i = 0; i < 3; ++i)
+        if (on[i] && tensor_present(saves[i]) && !tensor_rows_aligned(saves[i])) saves_aligned = false;
     kargs a;
-    clnsa_status st = nsa_plan_query_kernel(ctx, p, pb, in, nsa_fwd_files, "nsa_fwd", ATTN_FWD, pb->DV, &out->o, kc, vc,
-                                            bidx, ws, lay, &a);
+    clnsa_status st = nsa_plan_query_kernel(ctx, p, pb, in, nsa_fwd_files, "nsa_fwd", ATTN_FWD, pb->DV, &out->o,
+                                            saves_aligned, kc, vc, bidx, ws, lay, &a);
     if (st != CLNSA_SUCCESS) return st;
     ka_tensor(&a, &out->o);
-    ka_tensor(&a, pb->has_cmp ? &out->lse_cmp : &none);
-    ka_tensor(&a, pb->has_slc ? &out->lse_slc : &none);
-    ka_tensor(&a, pb->has_swa ? &out->lse_swa : &none);
+    for (int i = 0; i < 3; ++i) ka_tensor(&a, on[i] ? lse[i] : &none);
     ka_int(&a, pb->T);
     ka_float(&a, pb->cfg.scale);
+    for (int i = 0; i < 3; ++i) ka_tensor(&a, on[i] ? saves[i] : &none);
     return plan_args_done(ctx, &a, "nsa_fwd arguments");
 }
 

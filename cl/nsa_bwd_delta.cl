@@ -5,11 +5,14 @@
  * correction D_b = g_b dg_b, which nsa_fwd.cl's BWD_PRE mode otherwise gets
  * by recomputing the three branches. A streaming pass over do and the o_b.
  *
- * A row is (batch, token, query head); RW rows per work-group, 32 lanes a
- * row, each lane summing the dims lane, lane + 32, ..., then lane 0 the 32
- * partial sums in order: the same result for every launch (deterministic).
+ * A row is (batch, token, query head); a work-group takes RW heads of one
+ * token, 32 lanes a row, each lane summing the dims lane, lane + 32, ...,
+ * then lane 0 the 32 partial sums in order: the same result for every
+ * launch (deterministic). The NDRange spells out the row, so no index is
+ * split by division (whose remainder LLVM pairs into a `freeze`, which
+ * Oclgrind cannot run: common.h, rem_of).
  * Defines (besides common.h): DV, HAS_CMP, HAS_SLC, HAS_SWA, RW.
- * NDRange (32 * RW * ceil(B*T*HQ / RW)).
+ * NDRange (32 * RW * ceil(HQ / RW), T, B).
  */
 
 #define LANES 32
@@ -49,16 +52,17 @@ inline void branch_delta(__local float *red, int lane, bool live, int b, int t, 
 
 __kernel __attribute__((reqd_work_group_size(LANES * RW, 1, 1))) void nsa_bwd_delta(
     __global const store_t *dout, idx_t do_off, idx4_t do_st, BRANCH_ARGS(cmp), BRANCH_ARGS(slc),
-    BRANCH_ARGS(swa), int T, int HQ, idx_t rows)
+    BRANCH_ARGS(swa), int HQ)
 {
     __local float red_all[LANES * RW];
-    const int lid = get_local_id(0), lane = lid % LANES;
-    __local float *red = red_all + (lid / LANES) * LANES;
-    const idx_t row = (idx_t)get_group_id(0) * RW + lid / LANES;
-    /* rows past the end still reach the barriers */
-    const bool live = row < rows;
-    const idx_t r = live ? row : 0;
-    const int hq = (int)(r % HQ), t = (int)((r / HQ) % T), b = (int)(r / HQ / T);
+    /* unsigned: the division and remainder by 32 stay shifts and masks */
+    const uint lid = get_local_id(0), slot = lid / LANES;
+    const int lane = (int)(lid % LANES);
+    __local float *red = red_all + slot * LANES;
+    const int head = get_group_id(0) * RW + slot;
+    /* heads past HQ still reach the barriers */
+    const bool live = head < HQ;
+    const int hq = live ? head : 0, t = get_global_id(1), b = get_global_id(2);
 #if HAS_CMP
     BRANCH(cmp);
 #endif

@@ -245,16 +245,18 @@ static clnsa_status plan_delta(clnsa_context *ctx, op_plan *p, const nsa_problem
 {
     char d[512];
     nsa_base_defines(pb, d, sizeof d);
-    const size_t per_wg = ctx->info.max_work_group_size >= 256 ? 256 : 32, rw = per_wg / 32;
-    const size_t n = strlen(d);
+    /* up to 8 heads of a token per work-group (fewer where the device or HQ is smaller) */
+    size_t rw = ctx->info.max_work_group_size >= 256 ? 8 : 1;
+    if (rw > (size_t)pb->HQ) rw = (size_t)pb->HQ;
+    const size_t per_wg = 32 * rw, n = strlen(d);
     snprintf(d + n, sizeof d - n, "#define DV %d\n#define HAS_CMP %d\n#define HAS_SLC %d\n#define HAS_SWA %d\n#define RW %zu\n",
              pb->DV, pb->has_cmp, pb->has_slc, pb->has_swa, rw);
     cl_program prog;
     CHECK(program_get(ctx, delta_files, d, &prog));
-    const int64_t rows = (int64_t)pb->B * pb->T * pb->HQ;
     kargs a;
-    CHECK(plan_add_kernel(ctx, p, prog, "nsa_bwd_delta", (size_t[3]){per_wg * (size_t)((rows + (int64_t)rw - 1) / (int64_t)rw), 1, 1},
-                          per_wg, &a, pb->idx_long));
+    CHECK(plan_add_kernel(ctx, p, prog, "nsa_bwd_delta",
+                          (size_t[3]){per_wg * (((size_t)pb->HQ + rw - 1) / rw), (size_t)pb->T, (size_t)pb->B}, per_wg, &a,
+                          pb->idx_long));
     ka_tensor(&a, x->dout);
     const clnsa_tensor none = {0};
     const bool on[3] = {pb->has_cmp, pb->has_slc, pb->has_swa};
@@ -267,9 +269,7 @@ static clnsa_status plan_delta(clnsa_context *ctx, op_plan *p, const nsa_problem
         ka_tensor(&a, &x->dlt[b]);
         ka_tensor(&a, on[b] ? dg[b] : &none);
     }
-    ka_int(&a, pb->T);
     ka_int(&a, pb->HQ);
-    ka_idx(&a, rows);
     return plan_args_done(ctx, &a, "nsa_bwd_delta arguments");
 }
 

@@ -7,8 +7,9 @@
  * rows 16w .. 16w+15, and visits the key tiles of the tile's layout row
  * (FULL first, then PARTIAL ones, whose elements are masked). Each key tile
  * is staged once in local memory for all NW warps (the K and V rows every
- * warp of the group reads), and its scores, probabilities and the output
- * stay in the warps' mma fragments.
+ * warp of the group reads), the next one while the warps compute this one,
+ * and its scores, probabilities and the output stay in the warps' mma
+ * fragments.
  *
  * Defines (besides common.h, warp_mma.h, warp_attn.h, blocksparse.h,
  * blocksparse_warp.h): NW
@@ -44,12 +45,24 @@ inline void bs_warp_mask(float *s, const lane_rows *qr, __local const int *kpos,
         }
 }
 
+/* Starts staging key tile `col` (K and V rows, asynchronously on NVIDIA;
+ * the keys' positions and segment ids). Every work-item calls it. */
+inline void stage_key_tile(int col, int nkt, int b, int h, int Tk, __global const store_t *k, idx_t k_off, idx4_t k_st,
+                           __global const store_t *v, idx_t v_off, idx4_t v_st, __global const int *pos_k,
+                           idx_t pk_off, idx4_t pk_st, __global const int *seg_k, idx_t sk_off, idx4_t sk_st,
+                           __local uint4 *k_raw, __local uint4 *v_raw, __local int *kpos, __local int *kseg)
+{
+    const int j0 = clamp(col, 0, nkt - 1) * KC, nk = min(KC, Tk - j0);
+    stage_rows_async((__local store_t *)k_raw, KROW, KC, DK, k + at4(k_off, k_st, b, j0, h, 0), k_st.y, nk);
+    stage_rows_async((__local store_t *)v_raw, VROW, KC, DV, v + at4(v_off, v_st, b, j0, h, 0), v_st.y, nk);
+    stage_tokens(kpos, kseg, KC, j0, Tk, 0, b, pos_k, pk_off, pk_st, seg_k, sk_off, sk_st);
+}
+
 __kernel __attribute__((reqd_work_group_size(NW * WARP, 1, 1))) void bs_fwd(FWD_PARAMS)
 {
     __local uint wscr[NW * WARP_SCRATCH];
-    __local uint4 k_raw[KC * KROW / 8], v_raw[KC * VROW / 8];
-    __local int kpos[KC], kseg[KC];
-    __local store_t *ks = (__local store_t *)k_raw, *vs = (__local store_t *)v_raw;
+    __local uint4 k_raw[2][KC * KROW / 8], v_raw[2][KC * VROW / 8];
+    __local int kpos[2][KC], kseg[2][KC];
     const int warp = get_local_id(0) / WARP;
     __local uint *ws = wscr + warp * WARP_SCRATCH;
     const int qt = get_group_id(0), hq = get_group_id(1), b = get_group_id(2), h = hq / G;
@@ -71,22 +84,30 @@ __kernel __attribute__((reqd_work_group_size(NW * WARP, 1, 1))) void bs_fwd(FWD_
     int start, nfull;
     const int ntiles = bs_row_span(lay_off, lay_full, (b * lay_bs + hq * lay_hs) * NQT + qt, cap, &start, &nfull);
     /* ntiles is uniform over the work-group: the barriers below are safe. */
+    /* Two buffers: tile+1 is copied (asynchronously on NVIDIA) while the
+     * warps compute tile. */
+    if (ntiles > 0)
+        stage_key_tile(lay_cols[start], NKT, b, h, Tk, k, k_off, k_st, v, v_off, v_st, pos_k, pk_off, pk_st, seg_k, sk_off,
+                       sk_st, k_raw[0], v_raw[0], kpos[0], kseg[0]);
+    copy_async_wait();
+    barrier(CLK_LOCAL_MEM_FENCE);
     for (int tile = 0; tile < ntiles; ++tile) {
-        const int kt = clamp(lay_cols[start + tile], 0, NKT - 1), j0 = kt * KC, nk = min(KC, Tk - j0);
-        barrier(CLK_LOCAL_MEM_FENCE); /* the previous tile is read */
-        stage_rows(ks, KROW, KC, DK, k + at4(k_off, k_st, b, j0, h, 0), k_st.y, nk);
-        stage_rows(vs, VROW, KC, DV, v + at4(v_off, v_st, b, j0, h, 0), v_st.y, nk);
-        stage_tokens(kpos, kseg, KC, j0, Tk, 0, b, pos_k, pk_off, pk_st, seg_k, sk_off, sk_st);
-        barrier(CLK_LOCAL_MEM_FENCE);
-        if (!busy) continue;
-        float s[KC / 2], mx[2], alpha[2];
-        lds_products(s, qa, ks, KROW, 0, KC, DK, ws);
-        bs_warp_mask(s, &qr, kpos, kseg, nk, tile >= nfull, j0, wl, wr, has_seg, map, mbase, map_st, QB, KB, scale,
-                     softcap, mx);
-        warp_softmax(s, mx, m, l, alpha, ws);
+        const int cur = tile & 1, j0 = clamp(lay_cols[start + tile], 0, NKT - 1) * KC, nk = min(KC, Tk - j0);
+        if (tile + 1 < ntiles)
+            stage_key_tile(lay_cols[start + tile + 1], NKT, b, h, Tk, k, k_off, k_st, v, v_off, v_st, pos_k, pk_off,
+                           pk_st, seg_k, sk_off, sk_st, k_raw[cur ^ 1], v_raw[cur ^ 1], kpos[cur ^ 1], kseg[cur ^ 1]);
+        if (busy) {
+            float s[KC / 2], mx[2], alpha[2];
+            lds_products(s, qa, (__local const store_t *)k_raw[cur], KROW, 0, KC, DK, ws);
+            bs_warp_mask(s, &qr, kpos[cur], kseg[cur], nk, tile >= nfull, j0, wl, wr, has_seg, map, mbase, map_st, QB,
+                         KB, scale, softcap, mx);
+            warp_softmax(s, mx, m, l, alpha, ws);
 #pragma unroll
-        for (int i = 0; i < ACC_N; ++i) acc[i] *= alpha[(i >> 1) & 1];
-        lds_accumulate(acc, s, vs, VROW, 0, KC, DV, ws);
+            for (int i = 0; i < ACC_N; ++i) acc[i] *= alpha[(i >> 1) & 1];
+            lds_accumulate(acc, s, (__local const store_t *)v_raw[cur], VROW, 0, KC, DV, ws);
+        }
+        copy_async_wait();
+        barrier(CLK_LOCAL_MEM_FENCE); /* tile+1 is in; tile is read */
     }
     if (!busy) return;
 

@@ -1,24 +1,10 @@
 /*
  * blocksparse_warp.h: what the block-sparse warp kernels share
- * (blocksparse_fwd_warp.cl, blocksparse_bwd_warp.cl): staging of tiles of
- * rows in local memory for all the warps of a work-group, the positions and
- * segment ids of the rows a lane holds, and the element rule on a fragment.
+ * (blocksparse_fwd_warp.cl, blocksparse_bwd_warp.cl): the positions and
+ * segment ids of the rows a lane holds and of a tile staged in local memory
+ * (stage_rows, warp_attn.h), and the element rule on a fragment.
  * Needs common.h, warp_mma.h, blocksparse.h; NW (warps per work-group).
  */
-
-/* Copies `rows` rows of `dim` elements (row r at src + r*rs) into a local
- * tile of `stride`-element rows, zeros from row `valid` on: zero keys and
- * values keep masked products finite. Every work-item calls it. */
-inline void stage_rows(__local store_t *dst, int stride, int rows, int dim, __global const store_t *src, idx_t rs,
-                       int valid)
-{
-    const int per = dim / 8;
-    for (int i = get_local_id(0); i < rows * per; i += NW * WARP) {
-        const int r = i / per, c = 8 * rem_of(i, r, per);
-        const uint4 x = r < valid ? *(__global const uint4 *)(src + (idx_t)r * rs + c) : (uint4)(0u);
-        *(__local uint4 *)(dst + r * stride + c) = x;
-    }
-}
 
 /* The tokens of the two fragment rows a lane holds (gq, gq+8 from token
  * r0; hr = 0, 1) out of n: tok (-1 past n), the clamped token read for it,

@@ -3,8 +3,9 @@
  * (same kernel name, arguments and results as nsa_bwd_dkdv.cl; which keys
  * and rows: nsa_dkdv.h). A work-group owns TKK = 16*NW keys, a warp 16 of
  * them as the rows of its fragments; their K and V stay in registers. The
- * query rows that see the tile go through local memory 16 at a time (Q, dO,
- * lse, D, gate, copied once for all warps), and per chunk each warp computes,
+ * query rows that see the tile go through local memory KC at a time (Q, dO,
+ * lse, D, gate, copied once for all warps, the next chunk's while this one
+ * is computed), and per chunk each warp computes,
  * with the keys as the M dimension (so P^T and dS^T are A operands as they
  * come out of the score fragments):
  *   S^T = K Q^T, P^T = exp(scale S^T - lse), dP^T = V dO^T,
@@ -18,43 +19,41 @@
  * heavy blocks of the selected branch (nsa_dkdv.h) take the same way, their
  * slices summed by nsa_dkdv_sum_heavy into the blocks' token rows.
  *
- * Defines (besides nsa_dkdv.h): NW, DK, DV, ACCUM, NSPLIT, TKK = 16*NW;
- * RQ = 16. NDRange: (32 * NW * tiles * NSPLIT, H, B).
+ * Defines (besides nsa_dkdv.h): NW, DK, DV, KC (16 or 32), ACCUM, NSPLIT,
+ * TKK = 16*NW. NDRange: (32 * NW * tiles * NSPLIT, H, B).
  */
 
-#define RQ 16
+#define RQ KC /* query rows per chunk */
 #define QPAD (DK + 8) /* row strides of the staged rows, in elements: 16-byte */
 #define DPAD (DV + 8) /* aligned, and rows 4 banks apart */
 
-/* Copies query rows r0 .. r0+RQ-1 of the tile (zeros past its rows) into
- * local memory: Q and dO whole rows, and per row its token, lse (log2
- * units), D and gate. All work-items of the group call it. */
-inline void stage_rows(dkdv_tile kt, int r0, int b, int h, __global const int *lst, __global const store_t *q,
-                       idx_t q_off, idx4_t q_st, __global const store_t *dout, idx_t do_off, idx4_t do_st,
-                       __global const store_t *gate, idx_t g_off, idx4_t g_st, __global const float *lse, idx_t l_off,
-                       idx4_t l_st, __global const float *dlt, idx_t x_off, idx4_t x_st, __local store_t *qs,
-                       __local store_t *dos, __local int *tok_s, __local float *lse_s, __local float *d_s,
-                       __local float *g_s)
+/* Starts copying the Q and dO rows of the chunk of query rows from r0
+ * (row r of token tok[r], -1: zeros) into qs and dos; asynchronous on
+ * NVIDIA (copy16_async). All work-items call it. */
+inline void fetch_query_rows(int r0, int b, int h, __local const int *tok, __global const store_t *q, idx_t q_off,
+                             idx4_t q_st, __global const store_t *dout, idx_t do_off, idx4_t do_st, __local store_t *qs,
+                             __local store_t *dos)
 {
-    const int lid = get_local_id(0);
-    for (int r = lid; r < RQ; r += NW * WARP) {
-        const int rr = r0 + r, tok = dkdv_row_token(kt, rr, lst), hq = h * G + dkdv_row_head(rr);
-        const float l = tok >= 0 ? lse[at4(l_off, l_st, b, tok, hq, 0)] : -INFINITY;
-        tok_s[r] = tok;
-        lse_s[r] = l * LOG2E;
-        d_s[r] = tok >= 0 ? dlt[at4(x_off, x_st, b, tok, hq, 0)] : 0.0f;
-        g_s[r] = tok >= 0 ? LOAD(gate, at4(g_off, g_st, b, tok, hq, 0)) : 0.0f;
-    }
-    for (int i = lid; i < RQ * (DK + DV) / 8; i += NW * WARP) {
+    for (int i = get_local_id(0); i < RQ * (DK + DV) / 8; i += NW * WARP) {
         const bool is_q = i < RQ * DK / 8;
         const int j = is_q ? i : i - RQ * DK / 8, per = (is_q ? DK : DV) / 8, r = j / per, c = 8 * rem_of(j, r, per);
-        const int rr = r0 + r, tok = dkdv_row_token(kt, rr, lst), hq = h * G + dkdv_row_head(rr);
-        uint4 x = (uint4)(0u);
-        if (tok >= 0)
-            x = is_q ? *(__global const uint4 *)(q + at4(q_off, q_st, b, tok, hq, c))
-                     : *(__global const uint4 *)(dout + at4(do_off, do_st, b, tok, hq, c));
-        *(__local uint4 *)(is_q ? qs + r * QPAD + c : dos + r * DPAD + c) = x;
+        const int t = tok[r], hq = h * G + dkdv_row_head(r0 + r);
+        __global const store_t *src = is_q ? q + at4(q_off, q_st, b, max(t, 0), hq, c)
+                                           : dout + at4(do_off, do_st, b, max(t, 0), hq, c);
+        copy16_async(is_q ? qs + r * QPAD + c : dos + r * DPAD + c, src, t >= 0);
     }
+    copy_async_commit();
+}
+
+/* Query row rr's lse (log2 units), D and gate; (-inf, 0, 0) for no token. */
+inline float3 row_scalars(int rr, int tok, int b, int h, __global const store_t *gate, idx_t g_off, idx4_t g_st,
+                          __global const float *lse, idx_t l_off, idx4_t l_st, __global const float *dlt, idx_t x_off,
+                          idx4_t x_st)
+{
+    const int hq = h * G + dkdv_row_head(rr);
+    if (tok < 0) return (float3)(-INFINITY, 0.0f, 0.0f);
+    return (float3)(lse[at4(l_off, l_st, b, tok, hq, 0)] * LOG2E, dlt[at4(x_off, x_st, b, tok, hq, 0)],
+                    LOAD(gate, at4(g_off, g_st, b, tok, hq, 0)));
 }
 
 /* Adds (ACCUM, unsplit) or writes the lane's values of key row kr of a
@@ -74,10 +73,9 @@ __kernel __attribute__((reqd_work_group_size(NW * WARP, 1, 1))) void nsa_bwd_dkd
     __local uint wscr[NW * WARP_SCRATCH];
     /* read and written in 16-byte pieces: uint4 arrays for the alignment
      * (f16 arrays would need cl_khr_fp16 anyway) */
-    __local uint4 q_raw[RQ * QPAD / 8], do_raw[RQ * DPAD / 8];
-    __local store_t *qs = (__local store_t *)q_raw, *dos = (__local store_t *)do_raw;
-    __local int tok_s[RQ];
-    __local float lse_s[RQ], d_s[RQ], g_s[RQ];
+    __local uint4 q_raw[2][RQ * QPAD / 8], do_raw[2][RQ * DPAD / 8];
+    __local int tok_s[3][RQ];
+    __local float lse_s[2][RQ], d_s[2][RQ], g_s[2][RQ];
     const int warp = get_local_id(0) / WARP, lane = lane_id(), gq = lane >> 2, tq = lane & 3;
     __local uint *ws = wscr + warp * WARP_SCRATCH;
     const int h = get_group_id(1), b = get_group_id(2), H = get_num_groups(1);
@@ -108,28 +106,75 @@ __kernel __attribute__((reqd_work_group_size(NW * WARP, 1, 1))) void nsa_bwd_dkd
 #pragma unroll
     for (int i = 0; i < DV / 2; ++i) dva[i] = 0.0f;
 
-    /* this split's rows: whole chunks of RQ */
+    /* this split's rows: whole chunks of RQ, staged two deep: while the
+     * warps compute chunk c, chunk c+1's rows are on their way (cp.async)
+     * and work-items 0 .. RQ-1 load its per-row values and chunk c+2's
+     * tokens (the list lookup the row copies wait on) */
     const int nrows = dkdv_rows(kt), per = (nrows + RQ * NSPLIT - 1) / (RQ * NSPLIT) * RQ;
-    const int r_end = min(nrows, (split + 1) * per);
-    for (int r0 = split * per; r0 < r_end; r0 += RQ) {
-        barrier(CLK_LOCAL_MEM_FENCE);
-        stage_rows(kt, r0, b, h, lst, q, q_off, q_st, dout, do_off, do_st, gate, g_off, g_st, lse, l_off, l_st, dlt, x_off,
-                   x_st, qs, dos, tok_s, lse_s, d_s, g_s);
-        barrier(CLK_LOCAL_MEM_FENCE);
-        float s[8], dp[8];
+    const int r_begin = split * per, nchunks = ceil_div(max(0, min(nrows, r_begin + per) - r_begin), RQ);
+    const int lid = get_local_id(0);
+    if (lid < RQ) {
+        tok_s[0][lid] = dkdv_row_token(kt, r_begin + lid, lst);
+        tok_s[1][lid] = dkdv_row_token(kt, r_begin + RQ + lid, lst);
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+    if (nchunks > 0) {
+        fetch_query_rows(r_begin, b, h, tok_s[0], q, q_off, q_st, dout, do_off, do_st, (__local store_t *)q_raw[0],
+                         (__local store_t *)do_raw[0]);
+        if (lid < RQ) {
+            const float3 x = row_scalars(r_begin + lid, tok_s[0][lid], b, h, gate, g_off, g_st, lse, l_off, l_st, dlt,
+                                         x_off, x_st);
+            lse_s[0][lid] = x.x;
+            d_s[0][lid] = x.y;
+            g_s[0][lid] = x.z;
+        }
+        copy_async_wait();
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+    int tc = 0, tn = 1, tf = 2; /* tok_s of chunks c, c+1, c+2 */
+    for (int c = 0; c < nchunks; ++c) {
+        const int r0 = r_begin + c * RQ, cur = c & 1;
+        int tok2 = -1;
+        float3 next = (float3)(0.0f);
+        if (lid < RQ) {
+            tok2 = dkdv_row_token(kt, r0 + 2 * RQ + lid, lst);
+            next = row_scalars(r0 + RQ + lid, tok_s[tn][lid], b, h, gate, g_off, g_st, lse, l_off, l_st, dlt, x_off,
+                               x_st);
+        }
+        if (c + 1 < nchunks)
+            fetch_query_rows(r0 + RQ, b, h, tok_s[tn], q, q_off, q_st, dout, do_off, do_st,
+                             (__local store_t *)q_raw[cur ^ 1], (__local store_t *)do_raw[cur ^ 1]);
+
+        __local const store_t *qs = (__local const store_t *)q_raw[cur], *dos = (__local const store_t *)do_raw[cur];
+        __local const int *tok_r = tok_s[tc];
+        __local const float *lse_r = lse_s[cur], *d_r = d_s[cur], *g_r = g_s[cur];
+        float s[KC / 2], dp[KC / 2];
         lds_products(s, ka, qs, QPAD, 0, KC, DK, ws);
         lds_products(dp, va, dos, DPAD, 0, KC, DV, ws);
 #pragma unroll
-        for (int i = 0; i < 8; ++i) {
+        for (int i = 0; i < KC / 2; ++i) {
             const int r = 8 * (i >> 2) + 2 * tq + (i & 1), hr = (i >> 1) & 1; /* query row, key row */
-            const int tok = tok_s[r];
-            const bool on = kv[hr] && tok >= 0 && lse_s[r] != -INFINITY && sees(tok, key[hr].x, key[hr].y, key[hr].z);
-            const float p = on ? exp2(s[i] * sl2 - lse_s[r]) : 0.0f;
-            s[i] = p * (g_s[r] * dp[i] - d_s[r]); /* dS^T */
-            dp[i] = g_s[r] * p;                   /* g P^T */
+            const int tok = tok_r[r];
+            const bool on = kv[hr] && tok >= 0 && lse_r[r] != -INFINITY && sees(tok, key[hr].x, key[hr].y, key[hr].z);
+            const float p = on ? exp2(s[i] * sl2 - lse_r[r]) : 0.0f;
+            s[i] = p * (g_r[r] * dp[i] - d_r[r]); /* dS^T */
+            dp[i] = g_r[r] * p;                   /* g P^T */
         }
         lds_accumulate(dva, dp, dos, DPAD, 0, KC, DV, ws);
         lds_accumulate(dka, s, qs, QPAD, 0, KC, DK, ws);
+
+        if (lid < RQ) {
+            tok_s[tf][lid] = tok2;
+            lse_s[cur ^ 1][lid] = next.x;
+            d_s[cur ^ 1][lid] = next.y;
+            g_s[cur ^ 1][lid] = next.z;
+        }
+        copy_async_wait();
+        barrier(CLK_LOCAL_MEM_FENCE);
+        const int t0 = tc;
+        tc = tn;
+        tn = tf;
+        tf = t0;
     }
 
     /* dense [B, nrows_k, H, D] f32, this split's slice; the heavy pass's

@@ -21,7 +21,8 @@
  * Row stride, not dim stride, is free: the dim stride must be 1, and rows
  * 16-byte aligned (the host checks both before choosing this path).
  *
- * Defines: DK, DV (multiples of 16), KC (keys per chunk, a multiple of 16).
+ * Defines: DK, DV (multiples of 16), KC (keys per chunk, a multiple of 16),
+ * NW (warps per work-group).
  * Per lane: qa[DK/4] words (the 16 x DK query fragments), acc[DV/2] floats,
  * and, per row it holds (gq, gq+8), the running max m (log2 units) and the
  * lane's part of the running sum l.
@@ -82,6 +83,34 @@
 
 DEFINE_ROW_READS(__global, load_kfrag, load_cols)
 DEFINE_ROW_READS(__local, lds_kfrag, lds_cols)
+
+/* Copies `rows` rows of `dim` elements (row r at src + r*rs) into a local
+ * tile of `stride`-element rows, zeros from row `valid` on: zero keys and
+ * values keep masked products finite. Every work-item of the NW warps calls
+ * it; the caller places the barriers. */
+inline void stage_rows(__local store_t *dst, int stride, int rows, int dim, __global const store_t *src, idx_t rs,
+                       int valid)
+{
+    const int per = dim / 8;
+    for (int i = get_local_id(0); i < rows * per; i += NW * WARP) {
+        const int r = i / per, c = 8 * rem_of(i, r, per);
+        const uint4 x = r < valid ? *(__global const uint4 *)(src + (idx_t)r * rs + c) : (uint4)(0u);
+        *(__local uint4 *)(dst + r * stride + c) = x;
+    }
+}
+
+/* stage_rows through copy16_async: the copy is complete after
+ * copy_async_wait() and a barrier. */
+inline void stage_rows_async(__local store_t *dst, int stride, int rows, int dim, __global const store_t *src, idx_t rs,
+                             int valid)
+{
+    const int per = dim / 8;
+    for (int i = get_local_id(0); i < rows * per; i += NW * WARP) {
+        const int r = i / per, c = 8 * rem_of(i, r, per);
+        copy16_async(dst + r * stride + c, src + (idx_t)min(r, max(valid - 1, 0)) * rs + c, r < valid);
+    }
+    copy_async_commit();
+}
 
 /* The A fragments of 16 rows for a product over `dim`: row gq at r0, row
  * gq+8 at r8 (either absent: zeros). qa[4*kk + i] = a_i of k-step kk. */

@@ -5,7 +5,7 @@
  * (16-bit inputs, f32 accumulators) and exchanges values across its lanes.
  *
  *   MMA_NV = 1  NVIDIA compute capability 8.0+, through inline PTX:
- *               mma.sync, shfl.sync, vote.sync, bar.warp.sync. Any number of
+ *               mma.sync, shfl.sync, vote.sync, bar.warp.sync, cp.async. Any number of
  *               warps per work-group; warps never wait for each other.
  *   MMA_NV = 0  the same operations emulated in local memory with barriers,
  *               so that the warp kernels run, and are tested, on any OpenCL
@@ -123,6 +123,26 @@ inline void warp_sync(__local uint *ws)
     asm volatile("bar.warp.sync 0xffffffff;" ::: "memory");
 }
 
+/* Asynchronous copies into local memory (cp.async, sm_80+): 16 bytes from
+ * src to dst, or 16 zero bytes when !valid (src is then not read, but must
+ * be an address of the buffer). copy_async_commit() closes the work-item's
+ * batch; copy_async_wait() waits for all of them, after which a barrier
+ * (warp_sync for a warp's own copies) makes the data visible. The local address is the
+ * pointer's offset in the shared window, which is what cp.async takes. */
+inline void copy16_async(__local void *dst, __global const void *src, bool valid)
+{
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"((uint)(size_t)dst), "l"(src),
+                 "r"(valid ? 16 : 0)
+                 : "memory");
+}
+
+inline void copy_async_commit(void) { asm volatile("cp.async.commit_group;" ::: "memory"); }
+
+inline void copy_async_wait(void) { asm volatile("cp.async.wait_all;" ::: "memory"); }
+
+/* Waits for all but the last committed batch. */
+inline void copy_async_wait_prior(void) { asm volatile("cp.async.wait_group 1;" ::: "memory"); }
+
 #else /* emulation: one warp per work-group */
 
 inline void warp_sync(__local uint *ws)
@@ -130,6 +150,18 @@ inline void warp_sync(__local uint *ws)
     (void)ws;
     barrier(CLK_LOCAL_MEM_FENCE);
 }
+
+/* Plain copies: the barrier after copy_async_wait() orders them. */
+inline void copy16_async(__local void *dst, __global const void *src, bool valid)
+{
+    *(__local uint4 *)dst = valid ? *(__global const uint4 *)src : (uint4)(0u);
+}
+
+inline void copy_async_commit(void) {}
+
+inline void copy_async_wait(void) {}
+
+inline void copy_async_wait_prior(void) {}
 
 /* Element (r, k) of A or (k, n) of B from the registers the lanes posted. */
 inline float frag_a(__local const uint *ws, int r, int k)

@@ -424,16 +424,17 @@ static clnsa_status plan_split_sums(clnsa_context *ctx, op_plan *p, cl_program p
  * nsplit ways (pass: 0 main, 1 the heavy blocks), and the sums of the
  * slices when split. */
 static clnsa_status plan_dkdv_warp(clnsa_context *ctx, op_plan *p, const nsa_problem *pb, const bwd_args *x, int branch,
-                                   bool accum, const char *defines, size_t wg, size_t groups, int pass)
+                                   bool accum, const char *defines, const warp_params *wp, size_t groups, int pass)
 {
     const bwd_workspace *w = x->lay;
+    const size_t wg = wp->wg;
     const int tkk = (int)(wg / 2), nsplit = pass ? w->heavy.nsplit : branch == 0 ? w->nsplit : 1;
     const bool heavy = branch == 1 && w->heavy.nsplit > 0;
     char d[2560];
     snprintf(d, sizeof d,
-             "%s#define NW %zu\n#define TKK %d\n#define KC 16\n#define MMA_NV %d\n#define BRANCH %d\n#define ACCUM %d\n"
+             "%s#define NW %zu\n#define TKK %d\n#define KC %d\n#define MMA_NV %d\n#define BRANCH %d\n#define ACCUM %d\n"
              "#define NSPLIT %d\n#define HEAVY %d\n#define HEAVY_PASS %d\n",
-             defines, wg / 32, tkk, pb->warp == WARP_NV, branch, accum ? 1 : 0, nsplit, heavy, pass);
+             defines, wg / 32, tkk, wp->kc, pb->warp == WARP_NV, branch, accum ? 1 : 0, nsplit, heavy, pass);
     cl_program prog;
     CHECK(program_get(ctx, dkdv_warp_files, d, &prog));
     kargs a;
@@ -465,10 +466,10 @@ static clnsa_status plan_dkdv(clnsa_context *ctx, op_plan *p, const nsa_problem 
     const int nkeys = branch == 0 ? pb->nc_rows : pb->T;
     const size_t groups = branch == 1 ? (size_t)w->nblk * nsub : (size_t)(nkeys + tkk - 1) / tkk;
     if (warp) { /* a warp per 16 keys */
-        CHECK(plan_dkdv_warp(ctx, p, pb, x, branch, accum, defines, wp.wg, groups, 0));
+        CHECK(plan_dkdv_warp(ctx, p, pb, x, branch, accum, defines, &wp, groups, 0));
         const int nhb = w->heavy.nh / (nsub * tkk);
         return branch == 1 && w->heavy.nsplit > 0
-                   ? plan_dkdv_warp(ctx, p, pb, x, branch, accum, defines, wp.wg, (size_t)nhb * nsub, 1)
+                   ? plan_dkdv_warp(ctx, p, pb, x, branch, accum, defines, &wp, (size_t)nhb * nsub, 1)
                    : CLNSA_SUCCESS;
     }
     char d[2560];

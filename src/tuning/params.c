@@ -79,11 +79,14 @@ static size_t fwd_warp_bytes(const int *v, const tune_problem *pb)
 
 static size_t dq_warp_bytes(const int *v, const tune_problem *pb) { return (size_t)(v[0] / 32) * warp_scratch_bytes(pb); }
 
-/* The dk/dv warp kernel stages 16 query rows: Q and dO with rows padded by
- * 8 elements, and four per-row words. */
+/* The dk/dv warp kernel stages chunks of KC query rows two deep: Q and dO
+ * with rows padded by 8 elements, three per-row words, and the tokens
+ * three deep. */
 static size_t dkdv_warp_bytes(const int *v, const tune_problem *pb)
 {
-    return (size_t)(v[0] / 32) * warp_scratch_bytes(pb) + 16u * (2u * ((size_t)pb->dk + 8u + (size_t)pb->dv + 8u) + 16u);
+    const size_t kc = (size_t)v[1];
+    return (size_t)(v[0] / 32) * warp_scratch_bytes(pb) +
+           2u * kc * (2u * ((size_t)pb->dk + 8u + (size_t)pb->dv + 8u) + 12u) + 3u * kc * 4u;
 }
 
 static size_t topk_warp_bytes(const int *v, const tune_problem *pb)
@@ -96,19 +99,20 @@ static size_t topk_warp_bytes(const int *v, const tune_problem *pb)
  * rows, 16 bytes each from 4 lanes): rows 16 words apart modulo 32 banks
  * fall in disjoint banks. A V row: 4 rows 2 apart at once; 4 words modulo 16
  * leaves 2-way conflicts, the fewest 16-byte rows allow. */
-void tune_bs_warp_rows(int dk, int dv, int *krow, int *vrow)
+void tune_warp_rows(int dk, int dv, int *krow, int *vrow)
 {
     *krow = dk + 2 * ((16 - (dk / 2) % 32 + 32) % 32);
     *vrow = dv + 2 * ((4 - (dv / 2) % 16 + 16) % 16);
 }
 
-/* The block-sparse warp forward: per warp its scratch; the staged K and V
- * tiles (16-bit elements) and the tile's key positions and segment ids. */
+/* The block-sparse warp forward: per warp its scratch; two buffers of the
+ * staged K and V tiles (16-bit elements) and the tiles' key positions and
+ * segment ids. */
 static size_t bs_fwd_warp_bytes(const int *v, const tune_problem *pb)
 {
     int krow, vrow;
-    tune_bs_warp_rows(pb->dk, pb->dv, &krow, &vrow);
-    return (size_t)(v[0] / 32) * warp_scratch_bytes(pb) + (size_t)v[1] * (2u * (size_t)(krow + vrow) + 2u * sizeof(int));
+    tune_warp_rows(pb->dk, pb->dv, &krow, &vrow);
+    return (size_t)(v[0] / 32) * warp_scratch_bytes(pb) + 2u * (size_t)v[1] * (2u * (size_t)(krow + vrow) + 2u * sizeof(int));
 }
 
 /* The block-sparse warp backward: per warp its scratch; a tile of 16*NW
@@ -117,7 +121,7 @@ static size_t bs_fwd_warp_bytes(const int *v, const tune_problem *pb)
 static size_t bs_bwd_warp_bytes(const int *v, const tune_problem *pb)
 {
     int krow, vrow;
-    tune_bs_warp_rows(pb->dk, pb->dv, &krow, &vrow);
+    tune_warp_rows(pb->dk, pb->dv, &krow, &vrow);
     const size_t bt = (size_t)(v[0] / 2);
     return (size_t)(v[0] / 32) * warp_scratch_bytes(pb) + bt * (2u * (size_t)(krow + vrow) + 4u * sizeof(int));
 }
@@ -216,6 +220,13 @@ static void warp_start(int *v, const tune_problem *pb, const clnsa_device_info *
     v[2] = 64;
 }
 
+/* dk/dv: chunks of 16 query rows (32 double the score registers). */
+static void dkdv_warp_start(int *v, const tune_problem *pb, const clnsa_device_info *info)
+{
+    warp_start(v, pb, info);
+    v[1] = 16;
+}
+
 /* dq keeps two score-sized tiles (P and dP) besides its accumulator: chunks
  * of 32 keys. */
 static void dq_warp_start(int *v, const tune_problem *pb, const clnsa_device_info *info)
@@ -271,8 +282,9 @@ const tune_family tune_families[TF_COUNT] = {
                           0, {{0}}, 2, {{SHRINK_HALVE, 2, 0, 8}, {SHRINK_HALVE, 0, 0, 32}}, topk_warp_bytes, warp_start},
     [TF_NSA_DQ_WARP] = {"nsa_bwd_dq_warp", "nsa_bwd_dq", 2, {WARP_WG_PARAM, KC_PARAM}, 0, {{0}}, 1,
                         {{SHRINK_HALVE, 0, 0, 32}}, dq_warp_bytes, dq_warp_start},
-    [TF_NSA_DKDV_WARP] = {"nsa_bwd_dkdv_warp", "nsa_bwd_dkdv", 1, {WARP_WG_PARAM}, 0, {{0}}, 1,
-                          {{SHRINK_HALVE, 0, 0, 32}}, dkdv_warp_bytes, warp_start},
+    [TF_NSA_DKDV_WARP] = {"nsa_bwd_dkdv_warp", "nsa_bwd_dkdv", 2, {WARP_WG_PARAM, {"KC", {16, 32}, 2, false}}, 0,
+                          {{0}}, 2, {{SHRINK_HALVE, 1, 0, 16}, {SHRINK_HALVE, 0, 0, 32}}, dkdv_warp_bytes,
+                          dkdv_warp_start},
     [TF_BS_FWD_WARP] = {"blocksparse_fwd_warp", "bs_fwd", 2, {WARP_WG_PARAM, {"BK", {16, 32, 64}, 3, false}}, 0, {{0}}, 1,
                         {{SHRINK_HALVE, 1, 0, 16}}, bs_fwd_warp_bytes, warp_start},
     [TF_BS_BWD_WARP] = {"blocksparse_bwd_warp", "bs_bwd_dkdv,bs_bwd_dq", 1, {WARP_WG_PARAM}, 0, {{0}}, 1,

@@ -234,9 +234,10 @@ typedef struct {
 
 clnsa_status tune_nsa_topk(clnsa_context *ctx, const tune_problem *pb, topk_params *p);
 
-/* The row strides (elements) of blocksparse_fwd_warp.cl's staged key and
- * value tiles: 16-byte rows placed against local-memory bank conflicts. */
-void tune_bs_warp_rows(int dk, int dv, int *krow, int *vrow);
+/* The row strides (elements) of the warp kernels' staged key and value
+ * tiles (KROW, VROW): 16-byte rows placed against local-memory bank
+ * conflicts. */
+void tune_warp_rows(int dk, int dv, int *krow, int *vrow);
 
 /* blocksparse_fwd.cl / blocksparse_bwd.cl: WG work-items, tiles of BQ query
  * rows by BK keys (the warp forward: BQ = 16 * WG / 32; the warp backward:

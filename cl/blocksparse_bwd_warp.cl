@@ -16,8 +16,11 @@
  *                of the group, each query tile of the transposed layout is
  *                staged (Q, dO, lse, delta) and taken in chunks of KC rows:
  *                S^T = K Q^T, dP^T = V dO^T, dV += P^T dO, dK += dS^T Q.
- * Products run on warp_attn.h's lds_products / lds_accumulate. The host
- * builds the file twice: KC = 32 for dq, 16 for dk/dv (their registers).
+ * The staged tiles go through local memory KC rows at a time, two buffers
+ * deep: the next chunk is copied (asynchronously on NVIDIA) while the warps
+ * compute this one. Products run on warp_attn.h's lds_products /
+ * lds_accumulate. The host builds the file twice: KC = 32 for dq, 16 for
+ * dk/dv (their registers).
  *
  * Defines (besides common.h, warp_mma.h, warp_attn.h, blocksparse.h,
  * blocksparse_warp.h): NW, KC, DK, DV, KROW and VROW (strides of staged
@@ -26,6 +29,7 @@
  */
 
 #define BT (16 * NW)
+#define SUBS (BT / KC) /* chunks of KC rows per tile (KC <= BT) */
 
 /* Turns a chunk's products into the weights of the two accumulations:
  * s = Q.K (or K.Q) becomes P, dp = dO.V (or V.dO) becomes dS = P (dP -
@@ -59,13 +63,49 @@ inline void store_rows(__global store_t *x, idx_t off, idx4_t st, int b, const l
         if (r->tok[hr] >= 0) store_row_strided(x, at4(off, st, b, r->tok[hr], head, 0), st.w, dim, c, hr, scale);
 }
 
+/* Starts staging chunk `sub` (KC keys) of key tile `col`: K and V rows
+ * (asynchronously on NVIDIA), the keys' positions and segment ids. Every
+ * work-item calls it. */
+inline void stage_key_chunk(int col, int sub, int nkt, int b, int h, int Tk, __global const store_t *k, idx_t k_off,
+                            idx4_t k_st, __global const store_t *v, idx_t v_off, idx4_t v_st, __global const int *pos_k,
+                            idx_t pk_off, idx4_t pk_st, __global const int *seg_k, idx_t sk_off, idx4_t sk_st,
+                            __local uint4 *k_raw, __local uint4 *v_raw, __local int *kpos, __local int *kseg)
+{
+    const int j0 = clamp(col, 0, nkt - 1) * BT + sub * KC, nk = clamp(Tk - j0, 0, KC), jr = min(j0, Tk - 1);
+    stage_rows((__local store_t *)k_raw, KROW, KC, DK, k + at4(k_off, k_st, b, jr, h, 0), k_st.y, nk);
+    stage_rows((__local store_t *)v_raw, VROW, KC, DV, v + at4(v_off, v_st, b, jr, h, 0), v_st.y, nk);
+    stage_tokens(kpos, kseg, KC, jr, Tk, 0, b, pos_k, pk_off, pk_st, seg_k, sk_off, sk_st);
+}
+
+/* The same for chunk `sub` of query tile `col` of head hq: Q and dO rows,
+ * the rows' positions and segment ids, lse and delta (zeros past Tq: those
+ * rows are masked). */
+inline void stage_query_chunk(int col, int sub, int nqt, int b, int hq, int Tq, int Tk, int HQ,
+                              __global const store_t *q, idx_t q_off, idx4_t q_st, __global const store_t *dout,
+                              idx_t do_off, idx4_t do_st, __global const int *pos_q, idx_t pq_off, idx4_t pq_st,
+                              __global const int *seg_q, idx_t sq_off, idx4_t sq_st, __global const float *lse,
+                              idx_t lse_off, idx4_t lse_st, __global const float *delta, __local uint4 *q_raw,
+                              __local uint4 *do_raw, __local int *qpos, __local int *qseg, __local float *lse_s,
+                              __local float *dl_s)
+{
+    const int i0 = clamp(col, 0, nqt - 1) * BT + sub * KC, nq = clamp(Tq - i0, 0, KC), ir = min(i0, Tq - 1);
+    stage_rows((__local store_t *)q_raw, KROW, KC, DK, q + at4(q_off, q_st, b, ir, hq, 0), q_st.y, nq);
+    stage_rows((__local store_t *)do_raw, VROW, KC, DV, dout + at4(do_off, do_st, b, ir, hq, 0), do_st.y, nq);
+    stage_tokens(qpos, qseg, KC, ir, Tq, Tk - Tq, b, pos_q, pq_off, pq_st, seg_q, sq_off, sq_st);
+    for (int r = get_local_id(0); r < KC; r += NW * WARP) {
+        const int i = min(ir + r, Tq - 1);
+        copy4_async(lse_s + r, lse + lse_off + (idx_t)b * lse_st.x + (idx_t)i * lse_st.y + (idx_t)hq * lse_st.z, r < nq);
+        copy4_async(dl_s + r, delta + ((idx_t)b * Tq + i) * HQ + hq, r < nq);
+    }
+    copy_async_commit();
+}
+
 __kernel __attribute__((reqd_work_group_size(NW * WARP, 1, 1))) void bs_bwd_dq(
     BWD_IN_PARAMS, __global store_t *dq, idx_t dq_off, idx4_t dq_st)
 {
     __local uint wscr[NW * WARP_SCRATCH];
-    __local uint4 k_raw[BT * KROW / 8], v_raw[BT * VROW / 8];
-    __local int kpos[BT], kseg[BT];
-    __local store_t *ks = (__local store_t *)k_raw, *vs = (__local store_t *)v_raw;
+    __local uint4 k_raw[2][KC * KROW / 8], v_raw[2][KC * VROW / 8];
+    __local int kpos[2][KC], kseg[2][KC];
     const int warp = get_local_id(0) / WARP, t = lane_id() & 3;
     __local uint *ws = wscr + warp * WARP_SCRATCH;
     const int qt = get_group_id(0), hq = get_group_id(1), b = get_group_id(2), h = hq / G;
@@ -96,30 +136,41 @@ __kernel __attribute__((reqd_work_group_size(NW * WARP, 1, 1))) void bs_bwd_dq(
     const idx_t mbase = map_off + (idx_t)b * map_st.x + (idx_t)hq * map_st.y;
     int start, nfull;
     const int ntiles = bs_row_span(lay_off, lay_full, (b * lay_bs + hq * lay_hs) * NQT + qt, cap, &start, &nfull);
-    for (int tile = 0; tile < ntiles; ++tile) { /* ntiles is uniform: the barriers are safe */
-        const int kt = clamp(lay_idx[start + tile], 0, NKT - 1), j0 = kt * BT, nk = min(BT, Tk - j0);
-        const bool partial = tile >= nfull;
-        barrier(CLK_LOCAL_MEM_FENCE);
-        stage_rows(ks, KROW, BT, DK, k + at4(k_off, k_st, b, j0, h, 0), k_st.y, nk);
-        stage_rows(vs, VROW, BT, DV, v + at4(v_off, v_st, b, j0, h, 0), v_st.y, nk);
-        stage_tokens(kpos, kseg, BT, j0, Tk, 0, b, pos_k, pk_off, pk_st, seg_k, sk_off, sk_st);
-        barrier(CLK_LOCAL_MEM_FENCE);
-        if (!busy) continue;
-        for (int c0 = 0; c0 < BT; c0 += KC) {
+    /* chunk n: keys sub*KC .. of key tile n / SUBS; nchunks is uniform */
+    const int nchunks = ntiles * SUBS;
+    if (nchunks > 0)
+        stage_key_chunk(lay_idx[start], 0, NKT, b, h, Tk, k, k_off, k_st, v, v_off, v_st, pos_k, pk_off, pk_st, seg_k,
+                        sk_off, sk_st, k_raw[0], v_raw[0], kpos[0], kseg[0]);
+    copy_async_wait();
+    barrier(CLK_LOCAL_MEM_FENCE);
+    for (int n = 0; n < nchunks; ++n) {
+        const int tile = n / SUBS, cur = n & 1;
+        const int j0 = clamp(lay_idx[start + tile], 0, NKT - 1) * BT + rem_of(n, tile, SUBS) * KC, nk = Tk - j0;
+        if (n + 1 < nchunks) {
+            const int tn = (n + 1) / SUBS;
+            stage_key_chunk(lay_idx[start + tn], rem_of(n + 1, tn, SUBS), NKT, b, h, Tk, k, k_off, k_st, v, v_off,
+                            v_st, pos_k, pk_off, pk_st, seg_k, sk_off, sk_st, k_raw[cur ^ 1], v_raw[cur ^ 1],
+                            kpos[cur ^ 1], kseg[cur ^ 1]);
+        }
+        if (busy) {
+            __local const store_t *ks = (__local const store_t *)k_raw[cur], *vs = (__local const store_t *)v_raw[cur];
+            const bool partial = tile >= nfull;
             float s[KC / 2], dp[KC / 2];
-            lds_products(s, qa, ks + c0 * KROW, KROW, 0, KC, DK, ws);
-            lds_products(dp, da, vs + c0 * VROW, VROW, 0, KC, DV, ws);
+            lds_products(s, qa, ks, KROW, 0, KC, DK, ws);
+            lds_products(dp, da, vs, VROW, 0, KC, DV, ws);
 #pragma unroll
             for (int i = 0; i < KC / 2; ++i) {
-                const int hr = (i >> 1) & 1, j = c0 + 8 * (i >> 2) + 2 * t + (i & 1);
+                const int hr = (i >> 1) & 1, j = 8 * (i >> 2) + 2 * t + (i & 1);
                 bool on = j < nk && qr.tok[hr] >= 0;
                 if (on && partial)
-                    on = bs_pair_on(qr.pos[hr], qr.seg[hr], kpos[j], kseg[j], qr.tok[hr], j0 + j, wl, wr, has_seg, map,
-                                    mbase, map_st, QB, KB);
+                    on = bs_pair_on(qr.pos[hr], qr.seg[hr], kpos[cur][j], kseg[cur][j], qr.tok[hr], j0 + j, wl, wr,
+                                    has_seg, map, mbase, map_st, QB, KB);
                 bs_grad_weights(s, dp, i, on, l[hr], dl[hr], scale, softcap);
             }
-            lds_accumulate(acc, dp, ks + c0 * KROW, KROW, 0, KC, DK, ws);
+            lds_accumulate(acc, dp, ks, KROW, 0, KC, DK, ws);
         }
+        copy_async_wait();
+        barrier(CLK_LOCAL_MEM_FENCE); /* chunk n+1 is in; chunk n is read */
     }
     if (busy) store_rows(dq, dq_off, dq_st, b, &qr, hq, DK, acc, scale);
 }
@@ -129,10 +180,9 @@ __kernel __attribute__((reqd_work_group_size(NW * WARP, 1, 1))) void bs_bwd_dkdv
     idx4_t dv_st)
 {
     __local uint wscr[NW * WARP_SCRATCH];
-    __local uint4 q_raw[BT * KROW / 8], do_raw[BT * VROW / 8];
-    __local int qpos[BT], qseg[BT];
-    __local float lse_s[BT], dl_s[BT];
-    __local store_t *qs = (__local store_t *)q_raw, *dos = (__local store_t *)do_raw;
+    __local uint4 q_raw[2][KC * KROW / 8], do_raw[2][KC * VROW / 8];
+    __local int qpos[2][KC], qseg[2][KC];
+    __local float lse_s[2][KC], dl_s[2][KC];
     const int warp = get_local_id(0) / WARP, t = lane_id() & 3;
     __local uint *ws = wscr + warp * WARP_SCRATCH;
     const int kt = get_group_id(0), h = get_group_id(1), b = get_group_id(2);
@@ -159,37 +209,44 @@ __kernel __attribute__((reqd_work_group_size(NW * WARP, 1, 1))) void bs_bwd_dkdv
         const idx_t mbase = map_off + (idx_t)b * map_st.x + (idx_t)hq * map_st.y;
         int start, nfull;
         const int ntiles = bs_row_span(lay_off, lay_full, (b * lay_bs + hq * lay_hs) * NKT + kt, cap, &start, &nfull);
-        for (int tile = 0; tile < ntiles; ++tile) { /* uniform: the barriers are safe */
-            const int qt = clamp(lay_idx[start + tile], 0, NQT - 1), i0 = qt * BT, nq = min(BT, Tq - i0);
-            const bool partial = tile >= nfull;
-            barrier(CLK_LOCAL_MEM_FENCE);
-            stage_rows(qs, KROW, BT, DK, q + at4(q_off, q_st, b, i0, hq, 0), q_st.y, nq);
-            stage_rows(dos, VROW, BT, DV, dout + at4(do_off, do_st, b, i0, hq, 0), do_st.y, nq);
-            stage_tokens(qpos, qseg, BT, i0, Tq, Tk - Tq, b, pos_q, pq_off, pq_st, seg_q, sq_off, sq_st);
-            for (int r = get_local_id(0); r < BT; r += NW * WARP) {
-                const int i = min(i0 + r, Tq - 1);
-                lse_s[r] = r < nq ? lse[lse_off + (idx_t)b * lse_st.x + (idx_t)i * lse_st.y + (idx_t)hq * lse_st.z]
-                                  : -INFINITY;
-                dl_s[r] = r < nq ? delta[((idx_t)b * Tq + i) * HQ + hq] : 0.0f;
+        /* chunk n: rows sub*KC .. of query tile n / SUBS; nchunks is uniform */
+        const int nchunks = ntiles * SUBS;
+        if (nchunks > 0)
+            stage_query_chunk(lay_idx[start], 0, NQT, b, hq, Tq, Tk, HQ, q, q_off, q_st, dout, do_off, do_st, pos_q,
+                              pq_off, pq_st, seg_q, sq_off, sq_st, lse, lse_off, lse_st, delta, q_raw[0], do_raw[0],
+                              qpos[0], qseg[0], lse_s[0], dl_s[0]);
+        copy_async_wait();
+        barrier(CLK_LOCAL_MEM_FENCE);
+        for (int n = 0; n < nchunks; ++n) {
+            const int tile = n / SUBS, cur = n & 1;
+            const int i0 = clamp(lay_idx[start + tile], 0, NQT - 1) * BT + rem_of(n, tile, SUBS) * KC, nq = Tq - i0;
+            if (n + 1 < nchunks) {
+                const int tn = (n + 1) / SUBS, nx = cur ^ 1;
+                stage_query_chunk(lay_idx[start + tn], rem_of(n + 1, tn, SUBS), NQT, b, hq, Tq, Tk, HQ, q, q_off,
+                                  q_st, dout, do_off, do_st, pos_q, pq_off, pq_st, seg_q, sq_off, sq_st, lse, lse_off,
+                                  lse_st, delta, q_raw[nx], do_raw[nx], qpos[nx], qseg[nx], lse_s[nx], dl_s[nx]);
             }
-            barrier(CLK_LOCAL_MEM_FENCE);
-            if (!busy) continue;
-            for (int c0 = 0; c0 < BT; c0 += KC) {
+            if (busy) {
+                __local const store_t *qs = (__local const store_t *)q_raw[cur];
+                __local const store_t *dos = (__local const store_t *)do_raw[cur];
+                const bool partial = tile >= nfull;
                 float s[KC / 2], dp[KC / 2];
-                lds_products(s, ka, qs + c0 * KROW, KROW, 0, KC, DK, ws);
-                lds_products(dp, va, dos + c0 * VROW, VROW, 0, KC, DV, ws);
+                lds_products(s, ka, qs, KROW, 0, KC, DK, ws);
+                lds_products(dp, va, dos, VROW, 0, KC, DV, ws);
 #pragma unroll
                 for (int i = 0; i < KC / 2; ++i) {
-                    const int hr = (i >> 1) & 1, r = c0 + 8 * (i >> 2) + 2 * t + (i & 1); /* key row, query row */
+                    const int hr = (i >> 1) & 1, r = 8 * (i >> 2) + 2 * t + (i & 1); /* key row, query row */
                     bool on = r < nq && kr.tok[hr] >= 0;
                     if (on && partial)
-                        on = bs_pair_on(qpos[r], qseg[r], kr.pos[hr], kr.seg[hr], i0 + r, kr.tok[hr], wl, wr, has_seg,
-                                        map, mbase, map_st, QB, KB);
-                    bs_grad_weights(s, dp, i, on, lse_s[r], dl_s[r], scale, softcap);
+                        on = bs_pair_on(qpos[cur][r], qseg[cur][r], kr.pos[hr], kr.seg[hr], i0 + r, kr.tok[hr], wl, wr,
+                                        has_seg, map, mbase, map_st, QB, KB);
+                    bs_grad_weights(s, dp, i, on, lse_s[cur][r], dl_s[cur][r], scale, softcap);
                 }
-                lds_accumulate(dva, s, dos + c0 * VROW, VROW, 0, KC, DV, ws);
-                lds_accumulate(dka, dp, qs + c0 * KROW, KROW, 0, KC, DK, ws);
+                lds_accumulate(dva, s, dos, VROW, 0, KC, DV, ws);
+                lds_accumulate(dka, dp, qs, KROW, 0, KC, DK, ws);
             }
+            copy_async_wait();
+            barrier(CLK_LOCAL_MEM_FENCE); /* chunk n+1 is in; chunk n is read */
         }
     }
     if (!busy) return;

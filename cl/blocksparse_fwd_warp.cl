@@ -53,8 +53,8 @@ inline void stage_key_tile(int col, int nkt, int b, int h, int Tk, __global cons
                            __local uint4 *k_raw, __local uint4 *v_raw, __local int *kpos, __local int *kseg)
 {
     const int j0 = clamp(col, 0, nkt - 1) * KC, nk = min(KC, Tk - j0);
-    stage_rows_async((__local store_t *)k_raw, KROW, KC, DK, k + at4(k_off, k_st, b, j0, h, 0), k_st.y, nk);
-    stage_rows_async((__local store_t *)v_raw, VROW, KC, DV, v + at4(v_off, v_st, b, j0, h, 0), v_st.y, nk);
+    stage_rows((__local store_t *)k_raw, KROW, KC, DK, k + at4(k_off, k_st, b, j0, h, 0), k_st.y, nk);
+    stage_rows((__local store_t *)v_raw, VROW, KC, DV, v + at4(v_off, v_st, b, j0, h, 0), v_st.y, nk);
     stage_tokens(kpos, kseg, KC, j0, Tk, 0, b, pos_k, pk_off, pk_st, seg_k, sk_off, sk_st);
 }
 

@@ -84,25 +84,13 @@
 DEFINE_ROW_READS(__global, load_kfrag, load_cols)
 DEFINE_ROW_READS(__local, lds_kfrag, lds_cols)
 
-/* Copies `rows` rows of `dim` elements (row r at src + r*rs) into a local
- * tile of `stride`-element rows, zeros from row `valid` on: zero keys and
- * values keep masked products finite. Every work-item of the NW warps calls
- * it; the caller places the barriers. */
+/* Starts copying `rows` rows of `dim` elements (row r at src + r*rs) into
+ * a local tile of `stride`-element rows, zeros from row `valid` on (zero
+ * keys and values keep masked products finite); asynchronous on NVIDIA
+ * (copy16_async): the tile is complete after copy_async_wait() and a
+ * barrier. Every work-item of the NW warps calls it. */
 inline void stage_rows(__local store_t *dst, int stride, int rows, int dim, __global const store_t *src, idx_t rs,
                        int valid)
-{
-    const int per = dim / 8;
-    for (int i = get_local_id(0); i < rows * per; i += NW * WARP) {
-        const int r = i / per, c = 8 * rem_of(i, r, per);
-        const uint4 x = r < valid ? *(__global const uint4 *)(src + (idx_t)r * rs + c) : (uint4)(0u);
-        *(__local uint4 *)(dst + r * stride + c) = x;
-    }
-}
-
-/* stage_rows through copy16_async: the copy is complete after
- * copy_async_wait() and a barrier. */
-inline void stage_rows_async(__local store_t *dst, int stride, int rows, int dim, __global const store_t *src, idx_t rs,
-                             int valid)
 {
     const int per = dim / 8;
     for (int i = get_local_id(0); i < rows * per; i += NW * WARP) {

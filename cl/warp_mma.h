@@ -136,6 +136,13 @@ inline void copy16_async(__local void *dst, __global const void *src, bool valid
                  : "memory");
 }
 
+/* The same for one 4-byte word (zero when !valid). */
+inline void copy4_async(__local void *dst, __global const void *src, bool valid)
+{
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;" ::"r"((uint)(size_t)dst), "l"(src), "r"(valid ? 4 : 0)
+                 : "memory");
+}
+
 inline void copy_async_commit(void) { asm volatile("cp.async.commit_group;" ::: "memory"); }
 
 inline void copy_async_wait(void) { asm volatile("cp.async.wait_all;" ::: "memory"); }
@@ -155,6 +162,11 @@ inline void warp_sync(__local uint *ws)
 inline void copy16_async(__local void *dst, __global const void *src, bool valid)
 {
     *(__local uint4 *)dst = valid ? *(__global const uint4 *)src : (uint4)(0u);
+}
+
+inline void copy4_async(__local void *dst, __global const void *src, bool valid)
+{
+    *(__local uint *)dst = valid ? *(__global const uint *)src : 0u;
 }
 
 inline void copy_async_commit(void) {}

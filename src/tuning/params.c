@@ -115,15 +115,16 @@ static size_t bs_fwd_warp_bytes(const int *v, const tune_problem *pb)
     return (size_t)(v[0] / 32) * warp_scratch_bytes(pb) + 2u * (size_t)v[1] * (2u * (size_t)(krow + vrow) + 2u * sizeof(int));
 }
 
-/* The block-sparse warp backward: per warp its scratch; a tile of 16*NW
- * rows of DK and of DV elements (dq: K and V, dk/dv: Q and dO) and four
- * words per row (positions, segment ids, lse, delta). */
+/* The block-sparse warp backward: per warp its scratch; two chunks of KC
+ * rows (dq: 32 when the tiles' 16*NW tokens allow, else 16; dk/dv: 16) of
+ * DK and of DV elements (dq: K and V, dk/dv: Q and dO) and four words per
+ * row (positions, segment ids, lse, delta). */
 static size_t bs_bwd_warp_bytes(const int *v, const tune_problem *pb)
 {
     int krow, vrow;
     tune_warp_rows(pb->dk, pb->dv, &krow, &vrow);
-    const size_t bt = (size_t)(v[0] / 2);
-    return (size_t)(v[0] / 32) * warp_scratch_bytes(pb) + bt * (2u * (size_t)(krow + vrow) + 4u * sizeof(int));
+    const size_t kc = v[0] / 2 >= 32 ? 32u : 16u;
+    return (size_t)(v[0] / 32) * warp_scratch_bytes(pb) + 2u * kc * (2u * (size_t)(krow + vrow) + 4u * sizeof(int));
 }
 
 /* ------------------------------------------------------ safe defaults */

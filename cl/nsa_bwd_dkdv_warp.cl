@@ -45,15 +45,30 @@ inline void fetch_query_rows(int r0, int b, int h, __local const int *tok, __glo
     copy_async_commit();
 }
 
-/* Query row rr's lse (log2 units), D and gate; (-inf, 0, 0) for no token. */
-inline float3 row_scalars(int rr, int tok, int b, int h, __global const store_t *gate, idx_t g_off, idx4_t g_st,
-                          __global const float *lse, idx_t l_off, idx4_t l_st, __global const float *dlt, idx_t x_off,
-                          idx4_t x_st)
+/* Work-item r < RQ's part of staging a chunk: query row rr's lse (log2
+ * units), D and gate, read now and stored by row_values_put (-inf, 0, 0
+ * for no token). */
+typedef struct {
+    float lse, d, g;
+} row_values;
+
+inline row_values row_values_get(int rr, int tok, int b, int h, __global const store_t *gate, idx_t g_off,
+                                 idx4_t g_st, __global const float *lse, idx_t l_off, idx4_t l_st,
+                                 __global const float *dlt, idx_t x_off, idx4_t x_st)
 {
     const int hq = h * G + dkdv_row_head(rr);
-    if (tok < 0) return (float3)(-INFINITY, 0.0f, 0.0f);
-    return (float3)(lse[at4(l_off, l_st, b, tok, hq, 0)] * LOG2E, dlt[at4(x_off, x_st, b, tok, hq, 0)],
-                    LOAD(gate, at4(g_off, g_st, b, tok, hq, 0)));
+    row_values x;
+    x.lse = tok >= 0 ? lse[at4(l_off, l_st, b, tok, hq, 0)] * LOG2E : -INFINITY;
+    x.d = tok >= 0 ? dlt[at4(x_off, x_st, b, tok, hq, 0)] : 0.0f;
+    x.g = tok >= 0 ? LOAD(gate, at4(g_off, g_st, b, tok, hq, 0)) : 0.0f;
+    return x;
+}
+
+inline void row_values_put(row_values x, int r, __local float *lse_s, __local float *d_s, __local float *g_s)
+{
+    lse_s[r] = x.lse;
+    d_s[r] = x.d;
+    g_s[r] = x.g;
 }
 
 /* Adds (ACCUM, unsplit) or writes the lane's values of key row kr of a
@@ -121,13 +136,10 @@ __kernel __attribute__((reqd_work_group_size(NW * WARP, 1, 1))) void nsa_bwd_dkd
     if (nchunks > 0) {
         fetch_query_rows(r_begin, b, h, tok_s[0], q, q_off, q_st, dout, do_off, do_st, (__local store_t *)q_raw[0],
                          (__local store_t *)do_raw[0]);
-        if (lid < RQ) {
-            const float3 x = row_scalars(r_begin + lid, tok_s[0][lid], b, h, gate, g_off, g_st, lse, l_off, l_st, dlt,
-                                         x_off, x_st);
-            lse_s[0][lid] = x.x;
-            d_s[0][lid] = x.y;
-            g_s[0][lid] = x.z;
-        }
+        if (lid < RQ)
+            row_values_put(row_values_get(r_begin + lid, tok_s[0][lid], b, h, gate, g_off, g_st, lse, l_off, l_st, dlt,
+                                          x_off, x_st),
+                           lid, lse_s[0], d_s[0], g_s[0]);
         copy_async_wait();
     }
     barrier(CLK_LOCAL_MEM_FENCE);
@@ -135,11 +147,11 @@ __kernel __attribute__((reqd_work_group_size(NW * WARP, 1, 1))) void nsa_bwd_dkd
     for (int c = 0; c < nchunks; ++c) {
         const int r0 = r_begin + c * RQ, cur = c & 1;
         int tok2 = -1;
-        float3 next = (float3)(0.0f);
+        row_values next = {-INFINITY, 0.0f, 0.0f};
         if (lid < RQ) {
             tok2 = dkdv_row_token(kt, r0 + 2 * RQ + lid, lst);
-            next = row_scalars(r0 + RQ + lid, tok_s[tn][lid], b, h, gate, g_off, g_st, lse, l_off, l_st, dlt, x_off,
-                               x_st);
+            next = row_values_get(r0 + RQ + lid, tok_s[tn][lid], b, h, gate, g_off, g_st, lse, l_off, l_st, dlt, x_off,
+                                  x_st);
         }
         if (c + 1 < nchunks)
             fetch_query_rows(r0 + RQ, b, h, tok_s[tn], q, q_off, q_st, dout, do_off, do_st,
@@ -165,9 +177,7 @@ __kernel __attribute__((reqd_work_group_size(NW * WARP, 1, 1))) void nsa_bwd_dkd
 
         if (lid < RQ) {
             tok_s[tf][lid] = tok2;
-            lse_s[cur ^ 1][lid] = next.x;
-            d_s[cur ^ 1][lid] = next.y;
-            g_s[cur ^ 1][lid] = next.z;
+            row_values_put(next, lid, lse_s[cur ^ 1], d_s[cur ^ 1], g_s[cur ^ 1]);
         }
         copy_async_wait();
         barrier(CLK_LOCAL_MEM_FENCE);

@@ -31,6 +31,14 @@
 #define BT (16 * NW)
 #define SUBS (BT / KC) /* chunks of KC rows per tile (KC <= BT) */
 
+/* Chunk n of a layout row's tiles: (the tile's ordinal, its first row in
+ * the tile). */
+inline int2 tile_chunk(int n)
+{
+    const int tile = n / SUBS;
+    return (int2)(tile, rem_of(n, tile, SUBS) * KC);
+}
+
 /* Turns a chunk's products into the weights of the two accumulations:
  * s = Q.K (or K.Q) becomes P, dp = dO.V (or V.dO) becomes dS = P (dP -
  * delta) [* dz/du]. on[i] says whether fragment element i is visible; l and
@@ -63,24 +71,24 @@ inline void store_rows(__global store_t *x, idx_t off, idx4_t st, int b, const l
         if (r->tok[hr] >= 0) store_row_strided(x, at4(off, st, b, r->tok[hr], head, 0), st.w, dim, c, hr, scale);
 }
 
-/* Starts staging chunk `sub` (KC keys) of key tile `col`: K and V rows
+/* Starts staging the KC keys from row `row` of key tile `col`: K and V rows
  * (asynchronously on NVIDIA), the keys' positions and segment ids. Every
  * work-item calls it. */
-inline void stage_key_chunk(int col, int sub, int nkt, int b, int h, int Tk, __global const store_t *k, idx_t k_off,
+inline void stage_key_chunk(int col, int row, int nkt, int b, int h, int Tk, __global const store_t *k, idx_t k_off,
                             idx4_t k_st, __global const store_t *v, idx_t v_off, idx4_t v_st, __global const int *pos_k,
                             idx_t pk_off, idx4_t pk_st, __global const int *seg_k, idx_t sk_off, idx4_t sk_st,
                             __local uint4 *k_raw, __local uint4 *v_raw, __local int *kpos, __local int *kseg)
 {
-    const int j0 = clamp(col, 0, nkt - 1) * BT + sub * KC, nk = clamp(Tk - j0, 0, KC), jr = min(j0, Tk - 1);
+    const int j0 = clamp(col, 0, nkt - 1) * BT + row, nk = clamp(Tk - j0, 0, KC), jr = min(j0, Tk - 1);
     stage_rows((__local store_t *)k_raw, KROW, KC, DK, k + at4(k_off, k_st, b, jr, h, 0), k_st.y, nk);
     stage_rows((__local store_t *)v_raw, VROW, KC, DV, v + at4(v_off, v_st, b, jr, h, 0), v_st.y, nk);
     stage_tokens(kpos, kseg, KC, jr, Tk, 0, b, pos_k, pk_off, pk_st, seg_k, sk_off, sk_st);
 }
 
-/* The same for chunk `sub` of query tile `col` of head hq: Q and dO rows,
+/* The same for the KC rows from `row` of query tile `col` of head hq: Q and dO rows,
  * the rows' positions and segment ids, lse and delta (zeros past Tq: those
  * rows are masked). */
-inline void stage_query_chunk(int col, int sub, int nqt, int b, int hq, int Tq, int Tk, int HQ,
+inline void stage_query_chunk(int col, int row, int nqt, int b, int hq, int Tq, int Tk, int HQ,
                               __global const store_t *q, idx_t q_off, idx4_t q_st, __global const store_t *dout,
                               idx_t do_off, idx4_t do_st, __global const int *pos_q, idx_t pq_off, idx4_t pq_st,
                               __global const int *seg_q, idx_t sq_off, idx4_t sq_st, __global const float *lse,
@@ -88,7 +96,7 @@ inline void stage_query_chunk(int col, int sub, int nqt, int b, int hq, int Tq, 
                               __local uint4 *do_raw, __local int *qpos, __local int *qseg, __local float *lse_s,
                               __local float *dl_s)
 {
-    const int i0 = clamp(col, 0, nqt - 1) * BT + sub * KC, nq = clamp(Tq - i0, 0, KC), ir = min(i0, Tq - 1);
+    const int i0 = clamp(col, 0, nqt - 1) * BT + row, nq = clamp(Tq - i0, 0, KC), ir = min(i0, Tq - 1);
     stage_rows((__local store_t *)q_raw, KROW, KC, DK, q + at4(q_off, q_st, b, ir, hq, 0), q_st.y, nq);
     stage_rows((__local store_t *)do_raw, VROW, KC, DV, dout + at4(do_off, do_st, b, ir, hq, 0), do_st.y, nq);
     stage_tokens(qpos, qseg, KC, ir, Tq, Tk - Tq, b, pos_q, pq_off, pq_st, seg_q, sq_off, sq_st);
@@ -136,7 +144,7 @@ __kernel __attribute__((reqd_work_group_size(NW * WARP, 1, 1))) void bs_bwd_dq(
     const idx_t mbase = map_off + (idx_t)b * map_st.x + (idx_t)hq * map_st.y;
     int start, nfull;
     const int ntiles = bs_row_span(lay_off, lay_full, (b * lay_bs + hq * lay_hs) * NQT + qt, cap, &start, &nfull);
-    /* chunk n: keys sub*KC .. of key tile n / SUBS; nchunks is uniform */
+    /* chunk n: tile_chunk(n) of the layout row's key tiles; nchunks is uniform */
     const int nchunks = ntiles * SUBS;
     if (nchunks > 0)
         stage_key_chunk(lay_idx[start], 0, NKT, b, h, Tk, k, k_off, k_st, v, v_off, v_st, pos_k, pk_off, pk_st, seg_k,
@@ -144,14 +152,11 @@ __kernel __attribute__((reqd_work_group_size(NW * WARP, 1, 1))) void bs_bwd_dq(
     copy_async_wait();
     barrier(CLK_LOCAL_MEM_FENCE);
     for (int n = 0; n < nchunks; ++n) {
-        const int tile = n / SUBS, cur = n & 1;
-        const int j0 = clamp(lay_idx[start + tile], 0, NKT - 1) * BT + rem_of(n, tile, SUBS) * KC, nk = Tk - j0;
-        if (n + 1 < nchunks) {
-            const int tn = (n + 1) / SUBS;
-            stage_key_chunk(lay_idx[start + tn], rem_of(n + 1, tn, SUBS), NKT, b, h, Tk, k, k_off, k_st, v, v_off,
-                            v_st, pos_k, pk_off, pk_st, seg_k, sk_off, sk_st, k_raw[cur ^ 1], v_raw[cur ^ 1],
-                            kpos[cur ^ 1], kseg[cur ^ 1]);
-        }
+        const int2 at = tile_chunk(n), nx = tile_chunk(n + 1);
+        const int tile = at.x, cur = n & 1, j0 = clamp(lay_idx[start + tile], 0, NKT - 1) * BT + at.y, nk = Tk - j0;
+        if (n + 1 < nchunks)
+            stage_key_chunk(lay_idx[start + nx.x], nx.y, NKT, b, h, Tk, k, k_off, k_st, v, v_off, v_st, pos_k, pk_off,
+                            pk_st, seg_k, sk_off, sk_st, k_raw[cur ^ 1], v_raw[cur ^ 1], kpos[cur ^ 1], kseg[cur ^ 1]);
         if (busy) {
             __local const store_t *ks = (__local const store_t *)k_raw[cur], *vs = (__local const store_t *)v_raw[cur];
             const bool partial = tile >= nfull;
@@ -209,7 +214,7 @@ __kernel __attribute__((reqd_work_group_size(NW * WARP, 1, 1))) void bs_bwd_dkdv
         const idx_t mbase = map_off + (idx_t)b * map_st.x + (idx_t)hq * map_st.y;
         int start, nfull;
         const int ntiles = bs_row_span(lay_off, lay_full, (b * lay_bs + hq * lay_hs) * NKT + kt, cap, &start, &nfull);
-        /* chunk n: rows sub*KC .. of query tile n / SUBS; nchunks is uniform */
+        /* chunk n: tile_chunk(n) of the query tiles; nchunks is uniform */
         const int nchunks = ntiles * SUBS;
         if (nchunks > 0)
             stage_query_chunk(lay_idx[start], 0, NQT, b, hq, Tq, Tk, HQ, q, q_off, q_st, dout, do_off, do_st, pos_q,
@@ -218,14 +223,13 @@ __kernel __attribute__((reqd_work_group_size(NW * WARP, 1, 1))) void bs_bwd_dkdv
         copy_async_wait();
         barrier(CLK_LOCAL_MEM_FENCE);
         for (int n = 0; n < nchunks; ++n) {
-            const int tile = n / SUBS, cur = n & 1;
-            const int i0 = clamp(lay_idx[start + tile], 0, NQT - 1) * BT + rem_of(n, tile, SUBS) * KC, nq = Tq - i0;
-            if (n + 1 < nchunks) {
-                const int tn = (n + 1) / SUBS, nx = cur ^ 1;
-                stage_query_chunk(lay_idx[start + tn], rem_of(n + 1, tn, SUBS), NQT, b, hq, Tq, Tk, HQ, q, q_off,
-                                  q_st, dout, do_off, do_st, pos_q, pq_off, pq_st, seg_q, sq_off, sq_st, lse, lse_off,
-                                  lse_st, delta, q_raw[nx], do_raw[nx], qpos[nx], qseg[nx], lse_s[nx], dl_s[nx]);
-            }
+            const int2 at = tile_chunk(n), nx = tile_chunk(n + 1);
+            const int tile = at.x, cur = n & 1, nb = cur ^ 1;
+            const int i0 = clamp(lay_idx[start + tile], 0, NQT - 1) * BT + at.y, nq = Tq - i0;
+            if (n + 1 < nchunks)
+                stage_query_chunk(lay_idx[start + nx.x], nx.y, NQT, b, hq, Tq, Tk, HQ, q, q_off, q_st, dout, do_off,
+                                  do_st, pos_q, pq_off, pq_st, seg_q, sq_off, sq_st, lse, lse_off, lse_st, delta,
+                                  q_raw[nb], do_raw[nb], qpos[nb], qseg[nb], lse_s[nb], dl_s[nb]);
             if (busy) {
                 __local const store_t *qs = (__local const store_t *)q_raw[cur];
                 __local const store_t *dos = (__local const store_t *)do_raw[cur];

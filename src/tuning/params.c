@@ -105,6 +105,8 @@ void tune_warp_rows(int dk, int dv, int *krow, int *vrow)
     *vrow = dv + 2 * ((4 - (dv / 2) % 16 + 16) % 16);
 }
 
+int tune_bs_bwd_warp_kc(size_t wg, bool dkdv) { return dkdv || wg / 2 < 32 ? 16 : 32; }
+
 /* The block-sparse warp forward: per warp its scratch; two buffers of the
  * staged K and V tiles (16-bit elements) and the tiles' key positions and
  * segment ids. */
@@ -116,14 +118,13 @@ static size_t bs_fwd_warp_bytes(const int *v, const tune_problem *pb)
 }
 
 /* The block-sparse warp backward: per warp its scratch; two chunks of KC
- * rows (dq: 32 when the tiles' 16*NW tokens allow, else 16; dk/dv: 16) of
- * DK and of DV elements (dq: K and V, dk/dv: Q and dO) and four words per
+ * rows (tune_bs_bwd_warp_kc: dq's, the larger) of DK and of DV elements (dq: K and V, dk/dv: Q and dO) and four words per
  * row (positions, segment ids, lse, delta). */
 static size_t bs_bwd_warp_bytes(const int *v, const tune_problem *pb)
 {
     int krow, vrow;
     tune_warp_rows(pb->dk, pb->dv, &krow, &vrow);
-    const size_t kc = v[0] / 2 >= 32 ? 32u : 16u;
+    const size_t kc = (size_t)tune_bs_bwd_warp_kc((size_t)v[0], false); /* the larger */
     return (size_t)(v[0] / 32) * warp_scratch_bytes(pb) + 2u * kc * (2u * (size_t)(krow + vrow) + 4u * sizeof(int));
 }
 

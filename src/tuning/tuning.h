@@ -239,6 +239,10 @@ clnsa_status tune_nsa_topk(clnsa_context *ctx, const tune_problem *pb, topk_para
  * conflicts. */
 void tune_warp_rows(int dk, int dv, int *krow, int *vrow);
 
+/* Rows per staged chunk of blocksparse_bwd_warp.cl (its KC): dk/dv 16 (its
+ * registers), dq 32 where the tiles' wg/2 tokens hold that many, else 16. */
+int tune_bs_bwd_warp_kc(size_t wg, bool dkdv);
+
 /* blocksparse_fwd.cl / blocksparse_bwd.cl: WG work-items, tiles of BQ query
  * rows by BK keys (the warp forward: BQ = 16 * WG / 32; the warp backward:
  * BQ = BK = 16 * WG / 32). */

@@ -1,12 +1,16 @@
 /* bench_peak.c: the device's measured rates, the denominators of the floors
  * in bench/RESULTS.md: memory bandwidth (a float4 copy of --mib MiB),
- * FP32 FMA throughput (independent fma chains), and on NVIDIA devices of
+ * L2 read bandwidth (float4 reads, PASSES passes over a --l2-mib MiB buffer
+ * that stays in the last-level cache, each pass shifted so that no work-item
+ * finds its data in its own L1: the ceiling of kernels that stream K/V
+ * already on chip, like the selected branch), FP32 FMA throughput
+ * (independent fma chains), and on NVIDIA devices of
  * compute capability 8.0 and later the tensor-core rate of a warp-level
  * mma.sync.m16n8k16 (bf16 in, f32 accumulate) through inline PTX, as issue
  * 6's fast path would use it. Each figure is the best of --repeat timed
  * runs (profiling events) after a warm-up: a peak, not a typical rate.
  *
- *   bench_peak [--mib 1024] [--repeat 5] [--json out.json]
+ *   bench_peak [--mib 1024] [--l2-mib 16] [--repeat 5] [--json out.json]
  * The device is CLNSA_TEST_DEVICE ("P:D" or a platform-name word) or the
  * first one found. */
 #include "bench_util.h"
@@ -22,6 +26,15 @@
 static const char *source =
     "__kernel void copy4(__global const float4 *a, __global float4 *b) {\n"
     "    const size_t i = get_global_id(0); b[i] = a[i];\n"
+    "}\n"
+    "__kernel void read_l2(__global const float4 *a, uint n, __global float *out) {\n"
+    "    const uint gs = get_global_size(0);\n"
+    "    float4 s = (float4)(0.0f);\n"
+    "    for (uint p = 0; p < PASSES; ++p) {\n"
+    "        const uint shift = (uint)(((ulong)p * 2654435761u) % n);\n"
+    "        for (uint i = get_global_id(0); i < n; i += gs) s += a[i + shift < n ? i + shift : i + shift - n];\n"
+    "    }\n"
+    "    out[get_global_id(0)] = s.x + s.y + s.z + s.w;\n"
     "}\n"
     "__kernel void fma_peak(__global float *out, float x) {\n"
     "    float c[8];\n"
@@ -47,7 +60,7 @@ static const char *source =
     "}\n"
     "#endif\n";
 
-enum { ITER = 4096, CH = 8 };
+enum { ITER = 4096, CH = 8, PASSES = 32 };
 
 static test_env env;
 
@@ -69,10 +82,11 @@ static double best_ms(cl_command_queue q, cl_kernel k, size_t global, size_t loc
 
 int main(int argc, char **argv)
 {
-    int mib = 1024, repeat = 5;
+    int mib = 1024, l2_mib = 16, repeat = 5;
     const char *json = NULL;
     for (int i = 1; i + 1 < argc; i += 2) {
         if (!strcmp(argv[i], "--mib")) mib = atoi(argv[i + 1]);
+        else if (!strcmp(argv[i], "--l2-mib")) l2_mib = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "--repeat")) repeat = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "--json")) json = argv[i + 1];
         else {
@@ -81,6 +95,7 @@ int main(int argc, char **argv)
         }
     }
     if (mib < 1) mib = 1;
+    if (l2_mib < 1 || l2_mib > mib) l2_mib = mib;
     if (repeat < 1) repeat = 1;
     test_env_open(&env);
     const clnsa_device_info *di = clnsa_context_device_info(env.ctx);
@@ -89,7 +104,7 @@ int main(int argc, char **argv)
     cl_command_queue q = clCreateCommandQueue(env.cl, env.device, CL_QUEUE_PROFILING_ENABLE, &err);
     cl_program p = clCreateProgramWithSource(env.cl, 1, &source, NULL, &err);
     char opts[128];
-    snprintf(opts, sizeof opts, "-DITER=%d -DCH=%d -DMMA=%d", ITER, CH, mma ? 1 : 0);
+    snprintf(opts, sizeof opts, "-DITER=%d -DCH=%d -DPASSES=%d -DMMA=%d", ITER, CH, PASSES, mma ? 1 : 0);
     if (clBuildProgram(p, 1, &env.device, opts, NULL, NULL) != CL_SUCCESS) {
         char log[8192] = "";
         clGetProgramBuildInfo(p, env.device, CL_PROGRAM_BUILD_LOG, sizeof log, log, NULL);
@@ -109,6 +124,14 @@ int main(int argc, char **argv)
     clSetKernelArg(copy, 1, sizeof b, &b);
     const double copy_ms = best_ms(q, copy, n4 / wg * wg, wg, repeat);
     const double gbs = 2.0 * (double)(n4 / wg * wg) * 16 / (copy_ms * 1e-3) / 1e9;
+    cl_kernel rk = clCreateKernel(p, "read_l2", &err);
+    const cl_uint l2_n4 = (cl_uint)((size_t)l2_mib * 1024 * 1024 / 16);
+    clSetKernelArg(rk, 0, sizeof a, &a);
+    clSetKernelArg(rk, 1, sizeof l2_n4, &l2_n4);
+    clSetKernelArg(rk, 2, sizeof out, &out);
+    const double l2_ms = best_ms(q, rk, lanes, wg, repeat);
+    const double l2_gbs = (double)PASSES * l2_n4 * 16 / (l2_ms * 1e-3) / 1e9;
+    clReleaseKernel(rk);
     const float x = 0.999f;
     clSetKernelArg(fk, 0, sizeof out, &out);
     clSetKernelArg(fk, 1, sizeof x, &x);
@@ -127,15 +150,18 @@ int main(int argc, char **argv)
     printf("device: %s (%s, %s), %u compute units; best of %d\n", di->name, di->platform_name, di->driver_version,
            di->compute_units, repeat);
     printf("%-44s %10.1f GB/s  (%.3f ms)\n", "memory bandwidth (float4 copy, read + write)", gbs, copy_ms);
+    printf("%-44s %10.1f GB/s  (%.3f ms, %d MiB x %d)\n", "L2 read bandwidth (float4 reads)", l2_gbs, l2_ms, l2_mib,
+           PASSES);
     printf("%-44s %10.2f TFLOP/s (%.3f ms)\n", "FP32 FMA", fma_tflops, fma_ms);
     if (mma) printf("%-44s %10.2f TFLOP/s (%.3f ms)\n", "tensor cores, mma.sync m16n8k16 bf16 -> f32", mma_tflops, mma_ms);
     else printf("%-44s %10s\n", "tensor cores (NVIDIA sm_80+ only)", "n/a");
     if (json) {
         FILE *f = fopen(json, "w");
         if (f) {
-            fprintf(f, "{\"device\": \"%s\", \"driver\": \"%s\", \"copy_GBps\": %.2f, \"fp32_fma_TFLOPs\": %.3f, "
+            fprintf(f, "{\"device\": \"%s\", \"driver\": \"%s\", \"copy_GBps\": %.2f, \"l2_read_GBps\": %.2f, "
+                       "\"l2_mib\": %d, \"fp32_fma_TFLOPs\": %.3f, "
                        "\"mma_bf16_TFLOPs\": %.3f}\n",
-                    di->name, di->driver_version, gbs, fma_tflops, mma_tflops);
+                    di->name, di->driver_version, gbs, l2_gbs, l2_mib, fma_tflops, mma_tflops);
             fclose(f);
         }
     }

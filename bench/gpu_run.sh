@@ -5,8 +5,9 @@
 #            path against the reference, every kernel and dtype it has) and
 #            the suites whose bf16 / f16 cases now take that path
 #   ptx      the warp kernels' PTX (the program binaries NVIDIA's OpenCL
-#            returns) for the anchor configuration, in $OUT/ptx.tgz, to read
-#            with ptxas -v where there is no GPU
+#            returns) for the anchor configuration, in $OUT/ptx.tgz, and
+#            their registers and spills (bench/ptxas_report.py, with the
+#            ptxas of the machine's Triton) in the log and ptxas.json
 #   bench    `clnsa bench` at the T sweep, window 512 and 0
 #   portable the portable path (CLNSA_MMA=0) at the smaller T, window 0
 #   sdpa     PyTorch's scaled_dot_product_attention at the same T
@@ -40,7 +41,7 @@ if on tests; then
         mkdir -p "$golden" && for f in .gpu/golden/*.tar.gz; do tar -xzf "$f" -C "$golden"; done
     fi
     [ -d "$golden" ] && export CLNSA_GOLDEN_DIR=$golden # else test_golden skips
-    for t in ${TESTS:-test_warp test_nsa_fwd test_nsa_bwd test_golden test_api test_guard}; do
+    for t in ${TESTS:-test_warp test_blocksparse test_nsa_fwd test_nsa_bwd test_golden test_api test_guard}; do
         echo "== $t (NVIDIA OpenCL)"
         (cd build-gpu && CLNSA_EXE=$PWD/clnsa timeout 300 "tests/$t" 2>&1 | grep -E "rel L2|error|Error|FAILED|PASSED|differ|warp kernels" | head -20)
     done
@@ -53,6 +54,8 @@ if on ptx; then
     CLNSA_CACHE_DIR=$P bench --T 4096 --methods nsa,slc --repeat 1 --no-bwd --no-dense >/dev/null 2>&1
     CLNSA_CACHE_DIR=$P bench --T 4096 --methods nsa --repeat 1 --no-dense >/dev/null 2>&1
     tar -czf "$OUT/ptx.tgz" -C "$P" .
+    python3 bench/ptxas_report.py "$P" --json "$R/ptxas.json" || echo "ptxas report: no usable ptxas"
+    save
 fi
 
 if on bench; then

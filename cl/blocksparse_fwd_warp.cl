@@ -101,9 +101,10 @@ __kernel __attribute__((reqd_work_group_size(NW * WARP, 1, 1))) void bs_fwd(FWD_
             lds_products(s, qa, (__local const store_t *)k_raw[cur], KROW, 0, KC, DK, ws);
             bs_warp_mask(s, &qr, kpos[cur], kseg[cur], nk, tile >= nfull, j0, wl, wr, has_seg, map, mbase, map_st, QB,
                          KB, scale, softcap, mx);
-            warp_softmax(s, mx, m, l, alpha, ws);
+            if (warp_softmax(s, mx, m, l, alpha, ws)) {
 #pragma unroll
-            for (int i = 0; i < ACC_N; ++i) acc[i] *= alpha[(i >> 1) & 1];
+                for (int i = 0; i < ACC_N; ++i) acc[i] *= alpha[(i >> 1) & 1];
+            }
             lds_accumulate(acc, s, (__local const store_t *)v_raw[cur], VROW, 0, KC, DV, ws);
         }
         copy_async_wait();

@@ -24,8 +24,12 @@
  */
 
 #define RQ KC /* query rows per chunk */
-#define QPAD (DK + 8) /* row strides of the staged rows, in elements: 16-byte */
-#define DPAD (DV + 8) /* aligned, and rows 4 banks apart */
+/* row strides of the staged rows, in elements: rows of a multiple of 64
+ * elements unpadded, so swizzled (warp_attn.h's tile_col: both ways of
+ * reading them conflict-free), others padded to 16-byte aligned rows 4
+ * banks apart */
+#define QPAD (DK % 64 ? DK + 8 : DK)
+#define DPAD (DV % 64 ? DV + 8 : DV)
 
 /* Starts copying the Q and dO rows of the chunk of query rows from r0
  * (row r of token tok[r], -1: zeros) into qs and dos; asynchronous on
@@ -40,7 +44,8 @@ inline void fetch_query_rows(int r0, int b, int h, __local const int *tok, __glo
         const int t = tok[r], hq = h * G + dkdv_row_head(r0 + r);
         __global const store_t *src = is_q ? q + at4(q_off, q_st, b, max(t, 0), hq, c)
                                            : dout + at4(do_off, do_st, b, max(t, 0), hq, c);
-        copy16_async(is_q ? qs + r * QPAD + c : dos + r * DPAD + c, src, t >= 0);
+        __local store_t *dst = is_q ? qs + r * QPAD + tile_col(r, c, QPAD, DK) : dos + r * DPAD + tile_col(r, c, DPAD, DV);
+        copy16_async(dst, src, t >= 0);
     }
     copy_async_commit();
 }

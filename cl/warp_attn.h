@@ -32,60 +32,87 @@
 #define ACC_N (DV / 2)
 #define LOG2E 1.4426950408889634f
 
+/* Local tiles: the fragment reads below take 16-byte chunks, eight lanes
+ * (a quarter-warp, served together) at a time: KFRAG rows 2p and 2p+1, four
+ * chunks each; COLS rows 2t (+ a constant) of four lanes t, chunks 2g + i
+ * of two lanes g. A padded row stride can serve one of the two (the host's
+ * tune_warp_rows picks it for tiles read one way only), not both; so a tile
+ * stored unpadded (stride = dim, dim a multiple of 64 elements: 128 bytes,
+ * 8 chunks) has chunk c of row r at c ^ tile_swizzle(r), which puts the
+ * eight chunks of either read in eight distinct 4-bank groups. tile_col
+ * gives the position of element e (a chunk's first) of row r; padded tiles
+ * and global rows are not swizzled. */
+#define TILE_SWIZZLED(stride, dim) ((stride) == (dim) && (dim) % 64 == 0)
+
+inline int tile_col(int r, int e, idx_t stride, int dim)
+{
+    const int m = ((((r & 1) ^ ((r >> 2) & 1)) << 2) | ((r >> 1) & 1)) << 3;
+    return TILE_SWIZZLED(stride, dim) ? e ^ m : e;
+}
+
+inline int global_col(int r, int e, idx_t stride, int dim)
+{
+    (void)r; (void)stride; (void)dim;
+    return e;
+}
+
 /* Row reads in global or local memory (OpenCL 1.2 has no generic address
  * space, so each is defined for both; their loops have constant trip
- * counts and unroll). Zeros where !valid.
- *   KFRAG(row, dim, valid, w): the words lane t holds of a `dim`-long row
- *     for the k-steps of a product over that dim: k-step kk in words 2kk,
- *     2kk+1 (dims kdim(kk, t) .. +3);
- *   COLS(row, dim, valid, w): dim/16 words of a row, the dims gq*dim/8 ..
- *     +dim/8-1 of lane (gq, t). */
-#define DEFINE_ROW_READS(SPACE, KFRAG, COLS)                                                  \
-    inline void KFRAG(SPACE const store_t *row, int dim, bool valid, uint *w)                 \
-    {                                                                                         \
-        const int t = lane_id() & 3;                                                          \
-        for (int kp = 0; kp < dim / 32; ++kp) {                                               \
-            const uint4 x = valid ? *(SPACE const uint4 *)(row + 32 * kp + 8 * t) : (uint4)(0u); \
-            w[4 * kp] = x.x;                                                                  \
-            w[4 * kp + 1] = x.y;                                                              \
-            w[4 * kp + 2] = x.z;                                                              \
-            w[4 * kp + 3] = x.w;                                                              \
-        }                                                                                     \
-        if (dim % 32) {                                                                       \
-            const int kk = dim / 16 - 1;                                                      \
-            const uint2 x = valid ? *(SPACE const uint2 *)(row + 16 * kk + 4 * t) : (uint2)(0u); \
-            w[2 * kk] = x.x;                                                                  \
-            w[2 * kk + 1] = x.y;                                                              \
-        }                                                                                     \
-    }                                                                                         \
-    inline void COLS(SPACE const store_t *row, int dim, bool valid, uint *w)                  \
-    {                                                                                         \
-        const int n = dim / 16;                                                               \
-        SPACE const store_t *p = row + (lane_id() >> 2) * (dim / 8);                          \
-        if (n % 4 == 0) {                                                                     \
-            for (int i = 0; i < n / 4; ++i) {                                                 \
-                const uint4 x = valid ? ((SPACE const uint4 *)p)[i] : (uint4)(0u);            \
-                w[4 * i] = x.x;                                                               \
-                w[4 * i + 1] = x.y;                                                           \
-                w[4 * i + 2] = x.z;                                                           \
-                w[4 * i + 3] = x.w;                                                           \
-            }                                                                                 \
-        } else if (n % 2 == 0) {                                                              \
-            for (int i = 0; i < n / 2; ++i) {                                                 \
-                const uint2 x = valid ? ((SPACE const uint2 *)p)[i] : (uint2)(0u);            \
-                w[2 * i] = x.x;                                                               \
-                w[2 * i + 1] = x.y;                                                           \
-            }                                                                                 \
-        } else {                                                                              \
-            for (int i = 0; i < n; ++i) w[i] = valid ? ((SPACE const uint *)p)[i] : 0u;      \
-        }                                                                                     \
+ * counts and unroll). Row r of a tile at base with row stride rs; zeros
+ * where !valid.
+ *   KFRAG(base, rs, r, dim, valid, w): the words lane t holds of a
+ *     `dim`-long row for the k-steps of a product over that dim: k-step kk
+ *     in words 2kk, 2kk+1 (dims kdim(kk, t) .. +3);
+ *   COLS(base, rs, r, dim, valid, w): dim/16 words of a row, the dims
+ *     gq*dim/8 .. +dim/8-1 of lane (gq, t). */
+#define DEFINE_ROW_READS(SPACE, KFRAG, COLS, COL)                                                             \
+    inline void KFRAG(SPACE const store_t *base, idx_t rs, int r, int dim, bool valid, uint *w)               \
+    {                                                                                                         \
+        const int t = lane_id() & 3;                                                                          \
+        SPACE const store_t *row = base + (idx_t)r * rs;                                                      \
+        for (int kp = 0; kp < dim / 32; ++kp) {                                                               \
+            const uint4 x = valid ? *(SPACE const uint4 *)(row + COL(r, 32 * kp + 8 * t, rs, dim)) : (uint4)(0u); \
+            w[4 * kp] = x.x;                                                                                  \
+            w[4 * kp + 1] = x.y;                                                                              \
+            w[4 * kp + 2] = x.z;                                                                              \
+            w[4 * kp + 3] = x.w;                                                                              \
+        }                                                                                                     \
+        if (dim % 32) {                                                                                       \
+            const int kk = dim / 16 - 1;                                                                      \
+            const uint2 x = valid ? *(SPACE const uint2 *)(row + 16 * kk + 4 * t) : (uint2)(0u);              \
+            w[2 * kk] = x.x;                                                                                  \
+            w[2 * kk + 1] = x.y;                                                                              \
+        }                                                                                                     \
+    }                                                                                                         \
+    inline void COLS(SPACE const store_t *base, idx_t rs, int r, int dim, bool valid, uint *w)                \
+    {                                                                                                         \
+        const int n = dim / 16, e0 = (lane_id() >> 2) * (dim / 8);                                            \
+        SPACE const store_t *row = base + (idx_t)r * rs;                                                      \
+        if (n % 4 == 0) {                                                                                     \
+            for (int i = 0; i < n / 4; ++i) {                                                                 \
+                const uint4 x = valid ? *(SPACE const uint4 *)(row + COL(r, e0 + 8 * i, rs, dim)) : (uint4)(0u);  \
+                w[4 * i] = x.x;                                                                               \
+                w[4 * i + 1] = x.y;                                                                           \
+                w[4 * i + 2] = x.z;                                                                           \
+                w[4 * i + 3] = x.w;                                                                           \
+            }                                                                                                 \
+        } else if (n % 2 == 0) {                                                                              \
+            for (int i = 0; i < n / 2; ++i) {                                                                 \
+                const uint2 x = valid ? ((SPACE const uint2 *)(row + e0))[i] : (uint2)(0u);                   \
+                w[2 * i] = x.x;                                                                               \
+                w[2 * i + 1] = x.y;                                                                           \
+            }                                                                                                 \
+        } else {                                                                                              \
+            for (int i = 0; i < n; ++i) w[i] = valid ? ((SPACE const uint *)(row + e0))[i] : 0u;              \
+        }                                                                                                     \
     }
 
-DEFINE_ROW_READS(__global, load_kfrag, load_cols)
-DEFINE_ROW_READS(__local, lds_kfrag, lds_cols)
+DEFINE_ROW_READS(__global, load_kfrag, load_cols, global_col)
+DEFINE_ROW_READS(__local, lds_kfrag, lds_cols, tile_col)
 
 /* Starts copying `rows` rows of `dim` elements (row r at src + r*rs) into
- * a local tile of `stride`-element rows, zeros from row `valid` on (zero
+ * a local tile of `stride`-element rows (swizzled where tile_col says),
+ * zeros from row `valid` on (zero
  * keys and values keep masked products finite); asynchronous on NVIDIA
  * (copy16_async): the tile is complete after copy_async_wait() and a
  * barrier. Every work-item of the NW warps calls it. */
@@ -95,7 +122,8 @@ inline void stage_rows(__local store_t *dst, int stride, int rows, int dim, __gl
     const int per = dim / 8;
     for (int i = get_local_id(0); i < rows * per; i += NW * WARP) {
         const int r = i / per, c = 8 * rem_of(i, r, per);
-        copy16_async(dst + r * stride + c, src + (idx_t)min(r, max(valid - 1, 0)) * rs + c, r < valid);
+        const idx_t from = (idx_t)min(r, max(valid - 1, 0)) * rs + c;
+        copy16_async(dst + r * stride + tile_col(r, c, stride, dim), src + from, r < valid);
     }
     copy_async_commit();
 }
@@ -105,8 +133,8 @@ inline void stage_rows(__local store_t *dst, int stride, int rows, int dim, __gl
 inline void load_afrag(__global const store_t *r0, bool v0, __global const store_t *r8, bool v8, int dim, uint *qa)
 {
     uint w0[32], w8[32];
-    load_kfrag(r0, dim, v0, w0);
-    load_kfrag(r8, dim, v8, w8);
+    load_kfrag(r0, 0, 0, dim, v0, w0);
+    load_kfrag(r8, 0, 0, dim, v8, w8);
 #pragma unroll
     for (int kk = 0; kk < dim / 16; ++kk) {
         qa[4 * kk] = w0[2 * kk];
@@ -193,39 +221,39 @@ inline void warp_reset(float *m, float *l, float *acc)
  *     of x whose chunk index lies in [lo, hi) (others read as zero), over
  *     `dim` output columns. P is rounded to the 16-bit type for the product,
  *     as FlashAttention does. */
-#define DEFINE_CHUNK_PRODUCTS(SPACE, PRODUCTS, ACCUMULATE, KFRAG, COLS)                                        \
-    inline void PRODUCTS(float *s, const uint *a, SPACE const store_t *k, idx_t k_rs, int lo, int hi, int dim,  \
-                         __local uint *ws)                                                                     \
-    {                                                                                                          \
-        const int gq = lane_id() >> 2;                                                                         \
-        _Pragma("unroll") for (int nb = 0; nb < KC / 8; ++nb)                                                  \
-        {                                                                                                      \
-            const int j = 8 * nb + gq;                                                                         \
-            uint kw[32];                                                                                       \
-            KFRAG(k + (idx_t)j * k_rs, dim, j >= lo && j < hi, kw);                                            \
-            s[4 * nb] = s[4 * nb + 1] = s[4 * nb + 2] = s[4 * nb + 3] = 0.0f;                                  \
-            _Pragma("unroll") for (int kk = 0; kk < dim / 16; ++kk)                                            \
-                mma16816(s + 4 * nb, a[4 * kk], a[4 * kk + 1], a[4 * kk + 2], a[4 * kk + 3], kw[2 * kk],       \
-                         kw[2 * kk + 1], ws);                                                                  \
-        }                                                                                                      \
-    }                                                                                                          \
+#define DEFINE_CHUNK_PRODUCTS(SPACE, PRODUCTS, ACCUMULATE, KFRAG, COLS)                                           \
+    inline void PRODUCTS(float *s, const uint *a, SPACE const store_t *k, idx_t k_rs, int lo, int hi, int dim,    \
+                         __local uint *ws)                                                                        \
+    {                                                                                                             \
+        const int gq = lane_id() >> 2;                                                                            \
+        _Pragma("unroll") for (int nb = 0; nb < KC / 8; ++nb)                                                     \
+        {                                                                                                         \
+            const int j = 8 * nb + gq;                                                                            \
+            uint kw[32];                                                                                          \
+            KFRAG(k, k_rs, j, dim, j >= lo && j < hi, kw);                                                        \
+            s[4 * nb] = s[4 * nb + 1] = s[4 * nb + 2] = s[4 * nb + 3] = 0.0f;                                     \
+            _Pragma("unroll") for (int kk = 0; kk < dim / 16; ++kk)                                               \
+                mma16816(s + 4 * nb, a[4 * kk], a[4 * kk + 1], a[4 * kk + 2], a[4 * kk + 3], kw[2 * kk],          \
+                         kw[2 * kk + 1], ws);                                                                     \
+        }                                                                                                         \
+    }                                                                                                             \
     inline void ACCUMULATE(float *c, const float *p, SPACE const store_t *x, idx_t x_rs, int lo, int hi, int dim, \
-                           __local uint *ws)                                                                   \
-    {                                                                                                          \
-        const int t = lane_id() & 3;                                                                           \
-        _Pragma("unroll") for (int kk = 0; kk < KC / 16; ++kk)                                                 \
-        {                                                                                                      \
-            const float *p0 = p + 8 * kk, *p1 = p0 + 4;                                                        \
-            const uint a0 = pack_f32x2(p0[0], p0[1], ws), a1 = pack_f32x2(p0[2], p0[3], ws);                   \
-            const uint a2 = pack_f32x2(p1[0], p1[1], ws), a3 = pack_f32x2(p1[2], p1[3], ws);                   \
-            const int j = 16 * kk + 2 * t;                                                                     \
-            uint x0[16], x1[16], x8[16], x9[16];                                                               \
-            COLS(x + (idx_t)j * x_rs, dim, j >= lo && j < hi, x0);                                             \
-            COLS(x + (idx_t)(j + 1) * x_rs, dim, j + 1 >= lo && j + 1 < hi, x1);                               \
-            COLS(x + (idx_t)(j + 8) * x_rs, dim, j + 8 >= lo && j + 8 < hi, x8);                               \
-            COLS(x + (idx_t)(j + 9) * x_rs, dim, j + 9 >= lo && j + 9 < hi, x9);                               \
-            mma_cols(c, a0, a1, a2, a3, x0, x1, x8, x9, dim, ws);                                              \
-        }                                                                                                      \
+                           __local uint *ws)                                                                      \
+    {                                                                                                             \
+        const int t = lane_id() & 3;                                                                              \
+        _Pragma("unroll") for (int kk = 0; kk < KC / 16; ++kk)                                                    \
+        {                                                                                                         \
+            const float *p0 = p + 8 * kk, *p1 = p0 + 4;                                                           \
+            const uint a0 = pack_f32x2(p0[0], p0[1], ws), a1 = pack_f32x2(p0[2], p0[3], ws);                      \
+            const uint a2 = pack_f32x2(p1[0], p1[1], ws), a3 = pack_f32x2(p1[2], p1[3], ws);                      \
+            const int j = 16 * kk + 2 * t;                                                                        \
+            uint x0[16], x1[16], x8[16], x9[16];                                                                  \
+            COLS(x, x_rs, j, dim, j >= lo && j < hi, x0);                                                         \
+            COLS(x, x_rs, j + 1, dim, j + 1 >= lo && j + 1 < hi, x1);                                             \
+            COLS(x, x_rs, j + 8, dim, j + 8 >= lo && j + 8 < hi, x8);                                             \
+            COLS(x, x_rs, j + 9, dim, j + 9 >= lo && j + 9 < hi, x9);                                             \
+            mma_cols(c, a0, a1, a2, a3, x0, x1, x8, x9, dim, ws);                                                 \
+        }                                                                                                         \
     }
 
 DEFINE_CHUNK_PRODUCTS(__global, warp_products, warp_accumulate, load_kfrag, load_cols)
@@ -259,13 +287,25 @@ inline void warp_mask(float *s, float scale_log2, int lo0, int hi0, int lo1, int
 
 /* The online-softmax step of one chunk of masked scores (log2 units, the
  * lane's row maxima in mx): updates m and the lane's part of l, turns s
- * into probabilities and gives each row's rescale factor. */
-inline void warp_softmax(float *s, const float *mx, float *m, float *l, float *alpha, __local uint *ws)
+ * into probabilities and gives each row's rescale factor. The running max
+ * moves only when some row of the warp passes its own by more than
+ * RESCALE_SLACK (log2 units), and then for every row: in between, P may
+ * reach 2^RESCALE_SLACK, harmless in f32 and in the 16-bit P (the final
+ * 1/l undoes it), and the warp skips rescaling its accumulators, which
+ * after the first chunks is nearly always. Returns whether the max moved
+ * (the same for the whole warp; alpha is 1 otherwise). */
+#ifndef RESCALE_SLACK
+#define RESCALE_SLACK 8.0f
+#endif
+inline bool warp_softmax(float *s, const float *mx, float *m, float *l, float *alpha, __local uint *ws)
 {
-    float psum[2] = {0.0f, 0.0f};
+    float psum[2] = {0.0f, 0.0f}, rmax[2];
+#pragma unroll
+    for (int r = 0; r < 2; ++r) rmax[r] = quad_max(mx[r], ws);
+    const bool move = ballot(rmax[0] > m[0] + RESCALE_SLACK || rmax[1] > m[1] + RESCALE_SLACK, ws) != 0;
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
-        const float m_new = fmax(m[r], quad_max(mx[r], ws));
+        const float m_new = move ? fmax(m[r], rmax[r]) : m[r];
         alpha[r] = m_new == -INFINITY ? 1.0f : exp2(m[r] - m_new);
         m[r] = m_new;
     }
@@ -278,6 +318,7 @@ inline void warp_softmax(float *s, const float *mx, float *m, float *l, float *a
     }
 #pragma unroll
     for (int r = 0; r < 2; ++r) l[r] = l[r] * alpha[r] + psum[r];
+    return move;
 }
 
 /* One chunk of the online softmax: keys k, v (row strides k_rs, v_rs) at
@@ -290,9 +331,10 @@ inline void warp_attend_chunk(const uint *qa, float *m, float *l, float *acc, __
     float s[KC / 2], mx[2], alpha[2];
     warp_scores(s, qa, k, k_rs, lo, hi, ws);
     warp_mask(s, scale_log2, lo0, hi0, lo1, hi1, mx);
-    warp_softmax(s, mx, m, l, alpha, ws);
+    if (warp_softmax(s, mx, m, l, alpha, ws)) {
 #pragma unroll
-    for (int i = 0; i < ACC_N; ++i) acc[i] *= alpha[(i >> 1) & 1];
+        for (int i = 0; i < ACC_N; ++i) acc[i] *= alpha[(i >> 1) & 1];
+    }
     warp_accumulate(acc, s, v, v_rs, lo, hi, DV, ws);
 }
 

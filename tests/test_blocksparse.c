@@ -671,10 +671,13 @@ static void test_errors(void **state)
 /* The tensor-core forward and backward (its dk/dv and dq; delta and dsinks
  * stay portable): every rule at once, run three times for bitwise equal
  * gradients, and the plain causal attention the dense baseline of `clnsa
- * bench` runs, on permuted views, G = 4, DK != DV; a tiny case for Oclgrind. */
+ * bench` runs, on permuted views, G = 4, DK != DV; rows of 128 and 64
+ * elements; a tiny case for Oclgrind. */
 static const bs_case warp_cases[] = {
     {"warp bf16 everything", 2, 43, 58, 4, 2, 32, 16, BF16, 1, 11, 0, 3.0f, true, true, true, M_HOST, 2, 4, 32, 16, 0.7, true, false, NULL},
     {"warp f16 causal G=4 permuted", 1, 70, 83, 4, 1, 64, 48, F16, 1, -1, -1, 0, false, false, false, M_NONE, 1, 1, 64, 64, 0, true, true, NULL},
+    /* rows of 128 and 64 elements: the swizzled local tiles (warp_attn.h's tile_col) */
+    {"warp bf16 causal swizzled tiles", 1, 37, 37, 2, 1, 128, 64, BF16, 1, -1, -1, 0, false, false, false, M_NONE, 1, 1, 64, 64, 0, true, false, NULL},
     /* the first case's rules but sinks (whose gradient, a sum over few rows of
      * bf16-rounded terms, is not within 1e-2 at this size) on a shape small
      * enough for Oclgrind (.ci/matrix.sh) */

@@ -46,6 +46,8 @@ static const nsa_case warp_cases[] = {
     /* the configuration of "warp tiny" (the same programs), more tokens */
     {"warp G=16 all branches", 1, 45, 16, 1, 16, 16, NULL, 0, 16, 2, 8, 8, 8, 1, 2, true, true, true, false, false, false, false, false, BF16},
     {"warp G=4 DK=32 DV=64 varlen overlap 16/8", 1, 100, 8, 2, 32, 64, cu_w, 4, 32, 3, 16, 8, 20, 1, 2, true, true, true, false, false, false, false, false, F16},
+    /* rows of 64 and 128 elements: the swizzled local tiles of the dk/dv kernel (warp_attn.h's tile_col) */
+    {"warp DK=128 DV=64 swizzled tiles", 1, 40, 4, 2, 128, 64, NULL, 0, 16, 2, 8, 8, 8, 1, 2, true, true, true, false, false, false, false, false, BF16},
     {"warp G=20 two head tiles", 1, 45, 20, 1, 32, 32, NULL, 0, 16, 4, 16, 16, 24, 1, 2, true, true, true, false, false, false, false, false, BF16},
     {"warp DK=48 DV=16 given indices and counts", 2, 40, 8, 2, 48, 16, NULL, 0, 8, 5, 8, 8, 0, 1, 2, false, true, false, true, true, false, false, false, BF16},
     {"warp given k_cmp v_cmp, G=2", 2, 50, 4, 2, 32, 32, NULL, 0, 16, 3, 16, 16, 0, 1, 2, true, true, false, false, false, true, false, false, F16},

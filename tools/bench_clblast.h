@@ -10,8 +10,10 @@
 /* Whether the f32 score buffer (a chunk of rows x T) fits the device's
  * largest allocation. */
 bool clblast_dense_fits(const cli_env *env, int T);
-/* The median of `repeat` forwards after a warm-up (ms of device time; -1 on
- * failure), on fresh f32 [T, HQ, D] / [T, H, D] inputs, causal, GQA. */
-double clblast_dense_forward_ms(const cli_env *env, int T, int HQ, int H, int D, int repeat);
+/* The medians of `repeat` forwards and, when bwd_ms is not NULL, backwards
+ * (recomputing P; dk and dv zeroed in the pass) after a warm-up, in ms of
+ * device time, on fresh f32 [T, HQ, D] / [T, H, D] inputs, causal, GQA,
+ * each checked against the host; 0, or -1 (and -1 times) on failure. */
+int clblast_dense_ms(const cli_env *env, int T, int HQ, int H, int D, int repeat, double *fwd_ms, double *bwd_ms);
 
 #endif

@@ -560,10 +560,10 @@ int cmd_bench(int argc, char **argv)
                 continue;
             }
             if (m == M_CLBLAST)
-                r->fwd[m] = clblast_dense_forward_ms(&env, r->T, o.HQ, o.H, o.D, o.repeat);
+                clblast_dense_ms(&env, r->T, o.HQ, o.H, o.D, o.repeat, &r->fwd[m], o.no_bwd ? NULL : &r->bwd[m]);
             else
                 time_method(&env, &o, r->T, dt, m, sets, &os, &r->fwd[m], &r->bwd[m]);
-            failed += r->fwd[m] < 0;
+            failed += r->fwd[m] < 0 || (m == M_CLBLAST && !o.no_bwd && r->bwd[m] < 0);
             printf(" %10.3f %10.3f", r->fwd[m], r->bwd[m] >= 0 ? r->fwd[m] + r->bwd[m] : -1.0);
             fflush(stdout);
         }

@@ -86,8 +86,9 @@ void bs_mask_defines(const clnsa_context *ctx, bool idx_long, char *buf, size_t 
  * returns the length written. */
 size_t bs_rule_defines(const bs_problem *pb, char *buf, size_t size);
 /* The warp kernels' defines (cl/blocksparse_*_warp.cl): bs_rule_defines,
- * warps (wg / 32), the chunk kc, head dims and staged-row strides, the
- * matrix path; returns the length written. */
-size_t bs_warp_defines(const bs_problem *pb, warp_mode warp, size_t wg, int kc, char *buf, size_t size);
+ * warps (wg / 32), the chunk kc, head dims and staged-row strides (bwd:
+ * for tiles read both ways, tune_warp_rows), the matrix path; returns the
+ * length written. */
+size_t bs_warp_defines(const bs_problem *pb, warp_mode warp, size_t wg, int kc, bool bwd, char *buf, size_t size);
 
 #endif

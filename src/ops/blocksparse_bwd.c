@@ -153,7 +153,7 @@ static clnsa_status plan_tile_kernel(clnsa_context *ctx, bs_plan *plan, const bw
     const bool dkdv = strcmp(name, "bs_bwd_dkdv") == 0;
     char wdef[1024];
     if (s->warp != WARP_OFF)
-        bs_warp_defines(&s->pb, s->warp, s->wp.wg, tune_bs_bwd_warp_kc(s->wp.wg, dkdv), wdef, sizeof wdef);
+        bs_warp_defines(&s->pb, s->warp, s->wp.wg, tune_bs_bwd_warp_kc(s->wp.wg, dkdv), true, wdef, sizeof wdef);
     clnsa_status st = bs_plan_kernel(ctx, plan, s->warp != WARP_OFF ? bwd_warp_files : bwd_files,
                                      s->warp != WARP_OFF ? wdef : defines, name, s->pb.idx_long, a);
     if (st != CLNSA_SUCCESS) return st;

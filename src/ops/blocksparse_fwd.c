@@ -73,7 +73,7 @@ static clnsa_status prepare_attn(clnsa_context *ctx, const fwd_setup *s, const c
     const size_t wg = s->tp.wg;
     char defines[1024];
     if (s->warp != WARP_OFF) {
-        const size_t n = bs_warp_defines(pb, s->warp, wg, lay->BK, defines, sizeof defines);
+        const size_t n = bs_warp_defines(pb, s->warp, wg, lay->BK, false, defines, sizeof defines);
         snprintf(defines + n, sizeof defines - n, "#define OUT_VEC %d\n", s->out_vec ? 1 : 0);
     } else {
         const size_t n = bs_rule_defines(pb, defines, sizeof defines);

@@ -80,13 +80,13 @@ static size_t fwd_warp_bytes(const int *v, const tune_problem *pb)
 static size_t dq_warp_bytes(const int *v, const tune_problem *pb) { return (size_t)(v[0] / 32) * warp_scratch_bytes(pb); }
 
 /* The dk/dv warp kernel stages chunks of KC query rows two deep: Q and dO
- * with rows padded by 8 elements, three per-row words, and the tokens
- * three deep. */
+ * (rows of a multiple of 64 elements unpadded and swizzled, others padded
+ * by 8: QPAD, DPAD), three per-row words, and the tokens three deep. */
 static size_t dkdv_warp_bytes(const int *v, const tune_problem *pb)
 {
-    const size_t kc = (size_t)v[1];
-    return (size_t)(v[0] / 32) * warp_scratch_bytes(pb) +
-           2u * kc * (2u * ((size_t)pb->dk + 8u + (size_t)pb->dv + 8u) + 12u) + 3u * kc * 4u;
+    const size_t kc = (size_t)v[1], qrow = (size_t)pb->dk + (pb->dk % 64 ? 8u : 0u),
+                 drow = (size_t)pb->dv + (pb->dv % 64 ? 8u : 0u);
+    return (size_t)(v[0] / 32) * warp_scratch_bytes(pb) + 2u * kc * (2u * (qrow + drow) + 12u) + 3u * kc * 4u;
 }
 
 static size_t topk_warp_bytes(const int *v, const tune_problem *pb)
@@ -95,14 +95,19 @@ static size_t topk_warp_bytes(const int *v, const tune_problem *pb)
            (warp_scratch_bytes(pb) + sizeof(float) * (2u * (size_t)pb->S + (size_t)topk_pc_max(v[2], pb) + (size_t)v[2]));
 }
 
-/* Word strides of the staged rows: a K row is read by 8 lanes at once (two
- * rows, 16 bytes each from 4 lanes): rows 16 words apart modulo 32 banks
- * fall in disjoint banks. A V row: 4 rows 2 apart at once; 4 words modulo 16
- * leaves 2-way conflicts, the fewest 16-byte rows allow. */
-void tune_warp_rows(int dk, int dv, int *krow, int *vrow)
+/* Element strides of the staged rows. A tile read both ways (as K or Q in a
+ * backward: lds_products and lds_accumulate) is unpadded where its rows are
+ * a multiple of 64 elements, which the kernels take as the sign to swizzle
+ * it (warp_attn.h's tile_col): both reads are then free of bank conflicts.
+ * Otherwise rows are padded for the way each tile is read most, and not
+ * swizzled: a K row is read by 8 lanes at once (two rows, 16 bytes each
+ * from 4 lanes): rows 16 words apart modulo 32 banks fall in disjoint banks;
+ * a V row: 4 rows 2 apart at once; 4 words modulo 16 leaves 2-way
+ * conflicts, the fewest 16-byte rows allow. */
+void tune_warp_rows(int dk, int dv, bool both_ways, int *krow, int *vrow)
 {
-    *krow = dk + 2 * ((16 - (dk / 2) % 32 + 32) % 32);
-    *vrow = dv + 2 * ((4 - (dv / 2) % 16 + 16) % 16);
+    *krow = both_ways && dk % 64 == 0 ? dk : dk + 2 * ((16 - (dk / 2) % 32 + 32) % 32);
+    *vrow = both_ways && dv % 64 == 0 ? dv : dv + 2 * ((4 - (dv / 2) % 16 + 16) % 16);
 }
 
 int tune_bs_bwd_warp_kc(size_t wg, bool dkdv) { return dkdv || wg / 2 < 32 ? 16 : 32; }
@@ -113,7 +118,7 @@ int tune_bs_bwd_warp_kc(size_t wg, bool dkdv) { return dkdv || wg / 2 < 32 ? 16 
 static size_t bs_fwd_warp_bytes(const int *v, const tune_problem *pb)
 {
     int krow, vrow;
-    tune_warp_rows(pb->dk, pb->dv, &krow, &vrow);
+    tune_warp_rows(pb->dk, pb->dv, false, &krow, &vrow);
     return (size_t)(v[0] / 32) * warp_scratch_bytes(pb) + 2u * (size_t)v[1] * (2u * (size_t)(krow + vrow) + 2u * sizeof(int));
 }
 
@@ -123,7 +128,7 @@ static size_t bs_fwd_warp_bytes(const int *v, const tune_problem *pb)
 static size_t bs_bwd_warp_bytes(const int *v, const tune_problem *pb)
 {
     int krow, vrow;
-    tune_warp_rows(pb->dk, pb->dv, &krow, &vrow);
+    tune_warp_rows(pb->dk, pb->dv, true, &krow, &vrow);
     const size_t kc = (size_t)tune_bs_bwd_warp_kc((size_t)v[0], false); /* the larger */
     return (size_t)(v[0] / 32) * warp_scratch_bytes(pb) + 2u * kc * (2u * (size_t)(krow + vrow) + 4u * sizeof(int));
 }

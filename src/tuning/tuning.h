@@ -236,8 +236,9 @@ clnsa_status tune_nsa_topk(clnsa_context *ctx, const tune_problem *pb, topk_para
 
 /* The row strides (elements) of the warp kernels' staged key and value
  * tiles (KROW, VROW): 16-byte rows placed against local-memory bank
- * conflicts. */
-void tune_warp_rows(int dk, int dv, int *krow, int *vrow);
+ * conflicts; both_ways: each tile is read both as products' B operand and
+ * as accumulations' (the backward), unpadded rows then being swizzled. */
+void tune_warp_rows(int dk, int dv, bool both_ways, int *krow, int *vrow);
 
 /* Rows per staged chunk of blocksparse_bwd_warp.cl (its KC): dk/dv 16 (its
  * registers), dq 32 where the tiles' wg/2 tokens hold that many, else 16. */

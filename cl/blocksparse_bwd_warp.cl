@@ -71,21 +71,8 @@ inline void store_rows(__global store_t *x, idx_t off, idx4_t st, int b, const l
         if (r->tok[hr] >= 0) store_row_strided(x, at4(off, st, b, r->tok[hr], head, 0), st.w, dim, c, hr, scale);
 }
 
-/* Starts staging the KC keys from row `row` of key tile `col`: K and V rows
- * (asynchronously on NVIDIA), the keys' positions and segment ids. Every
- * work-item calls it. */
-inline void stage_key_chunk(int col, int row, int nkt, int b, int h, int Tk, __global const store_t *k, idx_t k_off,
-                            idx4_t k_st, __global const store_t *v, idx_t v_off, idx4_t v_st, __global const int *pos_k,
-                            idx_t pk_off, idx4_t pk_st, __global const int *seg_k, idx_t sk_off, idx4_t sk_st,
-                            __local uint4 *k_raw, __local uint4 *v_raw, __local int *kpos, __local int *kseg)
-{
-    const int j0 = clamp(col, 0, nkt - 1) * BT + row, nk = clamp(Tk - j0, 0, KC), jr = min(j0, Tk - 1);
-    stage_rows((__local store_t *)k_raw, KROW, KC, DK, k + at4(k_off, k_st, b, jr, h, 0), k_st.y, nk);
-    stage_rows((__local store_t *)v_raw, VROW, KC, DV, v + at4(v_off, v_st, b, jr, h, 0), v_st.y, nk);
-    stage_tokens(kpos, kseg, KC, jr, Tk, 0, b, pos_k, pk_off, pk_st, seg_k, sk_off, sk_st);
-}
-
-/* The same for the KC rows from `row` of query tile `col` of head hq: Q and dO rows,
+/* Starts staging the KC rows from `row` of query tile `col` of head hq (as
+ * blocksparse_warp.h's stage_keys the keys): Q and dO rows,
  * the rows' positions and segment ids, lse and delta (zeros past Tq: those
  * rows are masked). */
 inline void stage_query_chunk(int col, int row, int nqt, int b, int hq, int Tq, int Tk, int HQ,
@@ -147,16 +134,16 @@ __kernel __attribute__((reqd_work_group_size(NW * WARP, 1, 1))) void bs_bwd_dq(
     /* chunk n: tile_chunk(n) of the layout row's key tiles; nchunks is uniform */
     const int nchunks = ntiles * SUBS;
     if (nchunks > 0)
-        stage_key_chunk(lay_idx[start], 0, NKT, b, h, Tk, k, k_off, k_st, v, v_off, v_st, pos_k, pk_off, pk_st, seg_k,
-                        sk_off, sk_st, k_raw[0], v_raw[0], kpos[0], kseg[0]);
+        stage_keys(lay_idx[start], BT, 0, NKT, b, h, Tk, k, k_off, k_st, v, v_off, v_st, pos_k, pk_off, pk_st, seg_k,
+                   sk_off, sk_st, k_raw[0], v_raw[0], kpos[0], kseg[0]);
     copy_async_wait();
     barrier(CLK_LOCAL_MEM_FENCE);
     for (int n = 0; n < nchunks; ++n) {
         const int2 at = tile_chunk(n), nx = tile_chunk(n + 1);
         const int tile = at.x, cur = n & 1, j0 = clamp(lay_idx[start + tile], 0, NKT - 1) * BT + at.y, nk = Tk - j0;
         if (n + 1 < nchunks)
-            stage_key_chunk(lay_idx[start + nx.x], nx.y, NKT, b, h, Tk, k, k_off, k_st, v, v_off, v_st, pos_k, pk_off,
-                            pk_st, seg_k, sk_off, sk_st, k_raw[cur ^ 1], v_raw[cur ^ 1], kpos[cur ^ 1], kseg[cur ^ 1]);
+            stage_keys(lay_idx[start + nx.x], BT, nx.y, NKT, b, h, Tk, k, k_off, k_st, v, v_off, v_st, pos_k, pk_off,
+                       pk_st, seg_k, sk_off, sk_st, k_raw[cur ^ 1], v_raw[cur ^ 1], kpos[cur ^ 1], kseg[cur ^ 1]);
         if (busy) {
             __local const store_t *ks = (__local const store_t *)k_raw[cur], *vs = (__local const store_t *)v_raw[cur];
             const bool partial = tile >= nfull;

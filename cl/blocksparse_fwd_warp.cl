@@ -45,19 +45,6 @@ inline void bs_warp_mask(float *s, const lane_rows *qr, __local const int *kpos,
         }
 }
 
-/* Starts staging key tile `col` (K and V rows, asynchronously on NVIDIA;
- * the keys' positions and segment ids). Every work-item calls it. */
-inline void stage_key_tile(int col, int nkt, int b, int h, int Tk, __global const store_t *k, idx_t k_off, idx4_t k_st,
-                           __global const store_t *v, idx_t v_off, idx4_t v_st, __global const int *pos_k,
-                           idx_t pk_off, idx4_t pk_st, __global const int *seg_k, idx_t sk_off, idx4_t sk_st,
-                           __local uint4 *k_raw, __local uint4 *v_raw, __local int *kpos, __local int *kseg)
-{
-    const int j0 = clamp(col, 0, nkt - 1) * KC, nk = min(KC, Tk - j0);
-    stage_rows((__local store_t *)k_raw, KROW, KC, DK, k + at4(k_off, k_st, b, j0, h, 0), k_st.y, nk);
-    stage_rows((__local store_t *)v_raw, VROW, KC, DV, v + at4(v_off, v_st, b, j0, h, 0), v_st.y, nk);
-    stage_tokens(kpos, kseg, KC, j0, Tk, 0, b, pos_k, pk_off, pk_st, seg_k, sk_off, sk_st);
-}
-
 __kernel __attribute__((reqd_work_group_size(NW * WARP, 1, 1))) void bs_fwd(FWD_PARAMS)
 {
     __local uint wscr[NW * WARP_SCRATCH];
@@ -87,15 +74,15 @@ __kernel __attribute__((reqd_work_group_size(NW * WARP, 1, 1))) void bs_fwd(FWD_
     /* Two buffers: tile+1 is copied (asynchronously on NVIDIA) while the
      * warps compute tile. */
     if (ntiles > 0)
-        stage_key_tile(lay_cols[start], NKT, b, h, Tk, k, k_off, k_st, v, v_off, v_st, pos_k, pk_off, pk_st, seg_k, sk_off,
-                       sk_st, k_raw[0], v_raw[0], kpos[0], kseg[0]);
+        stage_keys(lay_cols[start], KC, 0, NKT, b, h, Tk, k, k_off, k_st, v, v_off, v_st, pos_k, pk_off, pk_st, seg_k,
+                   sk_off, sk_st, k_raw[0], v_raw[0], kpos[0], kseg[0]);
     copy_async_wait();
     barrier(CLK_LOCAL_MEM_FENCE);
     for (int tile = 0; tile < ntiles; ++tile) {
         const int cur = tile & 1, j0 = clamp(lay_cols[start + tile], 0, NKT - 1) * KC, nk = min(KC, Tk - j0);
         if (tile + 1 < ntiles)
-            stage_key_tile(lay_cols[start + tile + 1], NKT, b, h, Tk, k, k_off, k_st, v, v_off, v_st, pos_k, pk_off,
-                           pk_st, seg_k, sk_off, sk_st, k_raw[cur ^ 1], v_raw[cur ^ 1], kpos[cur ^ 1], kseg[cur ^ 1]);
+            stage_keys(lay_cols[start + tile + 1], KC, 0, NKT, b, h, Tk, k, k_off, k_st, v, v_off, v_st, pos_k, pk_off,
+                       pk_st, seg_k, sk_off, sk_st, k_raw[cur ^ 1], v_raw[cur ^ 1], kpos[cur ^ 1], kseg[cur ^ 1]);
         if (busy) {
             float s[KC / 2], mx[2], alpha[2];
             lds_products(s, qa, (__local const store_t *)k_raw[cur], KROW, 0, KC, DK, ws);

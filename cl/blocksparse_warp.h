@@ -2,7 +2,8 @@
  * blocksparse_warp.h: what the block-sparse warp kernels share
  * (blocksparse_fwd_warp.cl, blocksparse_bwd_warp.cl): the positions and
  * segment ids of the rows a lane holds and of a tile staged in local memory
- * (stage_rows, warp_attn.h), and the element rule on a fragment.
+ * (stage_rows, warp_attn.h), the staging of key rows, and the element rule
+ * on a fragment.
  * Needs common.h, warp_mma.h, blocksparse.h; NW (warps per work-group).
  */
 
@@ -40,6 +41,21 @@ inline void stage_tokens(__local int *pos_s, __local int *seg_s, int rows, int t
         pos_s[r] = pos ? pos[bs_at2(p_off, p_st, b, i)] : i + shift;
         seg_s[r] = seg ? seg[bs_at2(s_off, s_st, b, i)] : 0;
     }
+}
+
+/* Starts staging the KC keys from key row `row` of key tile `col` (tiles of
+ * `tile` keys, col clamped to the nkt tiles): K and V rows (asynchronously
+ * on NVIDIA; zeros past Tk), the keys' positions and segment ids. Every
+ * work-item calls it. Needs KC, KROW, VROW, DK, DV. */
+inline void stage_keys(int col, int tile, int row, int nkt, int b, int h, int Tk, __global const store_t *k, idx_t k_off,
+                       idx4_t k_st, __global const store_t *v, idx_t v_off, idx4_t v_st, __global const int *pos_k,
+                       idx_t pk_off, idx4_t pk_st, __global const int *seg_k, idx_t sk_off, idx4_t sk_st,
+                       __local uint4 *k_raw, __local uint4 *v_raw, __local int *kpos, __local int *kseg)
+{
+    const int j0 = clamp(col, 0, nkt - 1) * tile + row, nk = clamp(Tk - j0, 0, KC), jr = min(j0, Tk - 1);
+    stage_rows((__local store_t *)k_raw, KROW, KC, DK, k + at4(k_off, k_st, b, jr, h, 0), k_st.y, nk);
+    stage_rows((__local store_t *)v_raw, VROW, KC, DV, v + at4(v_off, v_st, b, jr, h, 0), v_st.y, nk);
+    stage_tokens(kpos, kseg, KC, jr, Tk, 0, b, pos_k, pk_off, pk_st, seg_k, sk_off, sk_st);
 }
 
 /* The rule of blocksparse.h for query token i (position pq, segment sq)

@@ -81,19 +81,17 @@ if want asan; then
     fi
     ninja -C build-asan > "$OUT/asan-build.log" || { tail -n 50 "$OUT/asan-build.log"; exit 1; }
     mkdir -p build-asan/tests && rm -rf build-asan/tests/pocl-cache && cp -r "$POCL_CACHE" build-asan/tests/pocl-cache
-    ASAN_OPTIONS=detect_leaks=1:fast_unwind_on_malloc=0:abort_on_error=1 \
-    LSAN_OPTIONS=suppressions=$ROOT/.ci/lsan.supp:print_suppressions=0 \
-    UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
-        meson test -C build-asan --print-errorlogs --num-processes 1 --timeout-multiplier 3 \
-        $(meson test -C build-asan --list --suite host --suite ref --suite device 2>/dev/null | sed -n 's/^clnsa:[a-z]* \/ //p' | grep -vx warp)
+    asan_test() {
+        ASAN_OPTIONS=detect_leaks=1:fast_unwind_on_malloc=0:abort_on_error=1 \
+        LSAN_OPTIONS=suppressions=$ROOT/.ci/lsan.supp:print_suppressions=0 \
+        UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+            meson test -C build-asan --print-errorlogs --num-processes 1 --timeout-multiplier 3 "$@"
+    }
+    asan_test $(meson test -C build-asan --list --suite host --suite ref --suite device 2>/dev/null | sed -n 's/^clnsa:[a-z_]* \/ //p' | grep -vx warp)
     # The emulated tensor-core kernels take minutes on PoCL; their host code
     # (plans, workspaces, split and heavy passes, given indices) is what ASan
     # checks, and two cases cover it (the README stage runs them all).
-    CLNSA_TEST_CASE="warp tiny|warp DK=48 DV=16 given indices and counts" \
-    ASAN_OPTIONS=detect_leaks=1:fast_unwind_on_malloc=0:abort_on_error=1 \
-    LSAN_OPTIONS=suppressions=$ROOT/.ci/lsan.supp:print_suppressions=0 \
-    UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
-        meson test -C build-asan --print-errorlogs --num-processes 1 --timeout-multiplier 3 warp
+    CLNSA_TEST_CASE="warp tiny|warp DK=48 DV=16 given indices and counts" asan_test warp
     done_stage asan
 fi
 

@@ -38,10 +38,12 @@
  * of two lanes g. A padded row stride can serve one of the two (the host's
  * tune_warp_rows picks it for tiles read one way only), not both; so a tile
  * stored unpadded (stride = dim, dim a multiple of 64 elements: 128 bytes,
- * 8 chunks) has chunk c of row r at c ^ tile_swizzle(r), which puts the
- * eight chunks of either read in eight distinct 4-bank groups. tile_col
- * gives the position of element e (a chunk's first) of row r; padded tiles
- * and global rows are not swizzled. */
+ * 8 chunks) has chunk c of row r at c ^ s(r), s(r) = 4 (bit 0 of r xor
+ * bit 2) + bit 1 of r, which puts the eight chunks of either read in eight
+ * distinct 4-bank groups (rows 2p, 2p+1 differ in the 4; rows 2t + const
+ * take four masks that the two chunks 2g + i, differing in bit 1, never
+ * collide on). tile_col gives the position of element e (a chunk's first)
+ * of row r; padded tiles and global rows are not swizzled. */
 #define TILE_SWIZZLED(stride, dim) ((stride) == (dim) && (dim) % 64 == 0)
 
 inline int tile_col(int r, int e, idx_t stride, int dim)
@@ -65,46 +67,46 @@ inline int global_col(int r, int e, idx_t stride, int dim)
  *     in words 2kk, 2kk+1 (dims kdim(kk, t) .. +3);
  *   COLS(base, rs, r, dim, valid, w): dim/16 words of a row, the dims
  *     gq*dim/8 .. +dim/8-1 of lane (gq, t). */
-#define DEFINE_ROW_READS(SPACE, KFRAG, COLS, COL)                                                             \
-    inline void KFRAG(SPACE const store_t *base, idx_t rs, int r, int dim, bool valid, uint *w)               \
-    {                                                                                                         \
-        const int t = lane_id() & 3;                                                                          \
-        SPACE const store_t *row = base + (idx_t)r * rs;                                                      \
-        for (int kp = 0; kp < dim / 32; ++kp) {                                                               \
+#define DEFINE_ROW_READS(SPACE, KFRAG, COLS, COL)                                                                 \
+    inline void KFRAG(SPACE const store_t *base, idx_t rs, int r, int dim, bool valid, uint *w)                   \
+    {                                                                                                             \
+        const int t = lane_id() & 3;                                                                              \
+        SPACE const store_t *row = base + (idx_t)r * rs;                                                          \
+        for (int kp = 0; kp < dim / 32; ++kp) {                                                                   \
             const uint4 x = valid ? *(SPACE const uint4 *)(row + COL(r, 32 * kp + 8 * t, rs, dim)) : (uint4)(0u); \
-            w[4 * kp] = x.x;                                                                                  \
-            w[4 * kp + 1] = x.y;                                                                              \
-            w[4 * kp + 2] = x.z;                                                                              \
-            w[4 * kp + 3] = x.w;                                                                              \
-        }                                                                                                     \
-        if (dim % 32) {                                                                                       \
-            const int kk = dim / 16 - 1;                                                                      \
-            const uint2 x = valid ? *(SPACE const uint2 *)(row + 16 * kk + 4 * t) : (uint2)(0u);              \
-            w[2 * kk] = x.x;                                                                                  \
-            w[2 * kk + 1] = x.y;                                                                              \
-        }                                                                                                     \
-    }                                                                                                         \
-    inline void COLS(SPACE const store_t *base, idx_t rs, int r, int dim, bool valid, uint *w)                \
-    {                                                                                                         \
-        const int n = dim / 16, e0 = (lane_id() >> 2) * (dim / 8);                                            \
-        SPACE const store_t *row = base + (idx_t)r * rs;                                                      \
-        if (n % 4 == 0) {                                                                                     \
-            for (int i = 0; i < n / 4; ++i) {                                                                 \
+            w[4 * kp] = x.x;                                                                                      \
+            w[4 * kp + 1] = x.y;                                                                                  \
+            w[4 * kp + 2] = x.z;                                                                                  \
+            w[4 * kp + 3] = x.w;                                                                                  \
+        }                                                                                                         \
+        if (dim % 32) {                                                                                           \
+            const int kk = dim / 16 - 1;                                                                          \
+            const uint2 x = valid ? *(SPACE const uint2 *)(row + 16 * kk + 4 * t) : (uint2)(0u);                  \
+            w[2 * kk] = x.x;                                                                                      \
+            w[2 * kk + 1] = x.y;                                                                                  \
+        }                                                                                                         \
+    }                                                                                                             \
+    inline void COLS(SPACE const store_t *base, idx_t rs, int r, int dim, bool valid, uint *w)                    \
+    {                                                                                                             \
+        const int n = dim / 16, e0 = (lane_id() >> 2) * (dim / 8);                                                \
+        SPACE const store_t *row = base + (idx_t)r * rs;                                                          \
+        if (n % 4 == 0) {                                                                                         \
+            for (int i = 0; i < n / 4; ++i) {                                                                     \
                 const uint4 x = valid ? *(SPACE const uint4 *)(row + COL(r, e0 + 8 * i, rs, dim)) : (uint4)(0u);  \
-                w[4 * i] = x.x;                                                                               \
-                w[4 * i + 1] = x.y;                                                                           \
-                w[4 * i + 2] = x.z;                                                                           \
-                w[4 * i + 3] = x.w;                                                                           \
-            }                                                                                                 \
-        } else if (n % 2 == 0) {                                                                              \
-            for (int i = 0; i < n / 2; ++i) {                                                                 \
-                const uint2 x = valid ? ((SPACE const uint2 *)(row + e0))[i] : (uint2)(0u);                   \
-                w[2 * i] = x.x;                                                                               \
-                w[2 * i + 1] = x.y;                                                                           \
-            }                                                                                                 \
-        } else {                                                                                              \
-            for (int i = 0; i < n; ++i) w[i] = valid ? ((SPACE const uint *)(row + e0))[i] : 0u;              \
-        }                                                                                                     \
+                w[4 * i] = x.x;                                                                                   \
+                w[4 * i + 1] = x.y;                                                                               \
+                w[4 * i + 2] = x.z;                                                                               \
+                w[4 * i + 3] = x.w;                                                                               \
+            }                                                                                                     \
+        } else if (n % 2 == 0) {                                                                                  \
+            for (int i = 0; i < n / 2; ++i) {                                                                     \
+                const uint2 x = valid ? ((SPACE const uint2 *)(row + e0))[i] : (uint2)(0u);                       \
+                w[2 * i] = x.x;                                                                                   \
+                w[2 * i + 1] = x.y;                                                                               \
+            }                                                                                                     \
+        } else {                                                                                                  \
+            for (int i = 0; i < n; ++i) w[i] = valid ? ((SPACE const uint *)(row + e0))[i] : 0u;                  \
+        }                                                                                                         \
     }
 
 DEFINE_ROW_READS(__global, load_kfrag, load_cols, global_col)

@@ -11,7 +11,13 @@
 #   bench    `clnsa bench` at the T sweep, window 512 and 0
 #   portable the portable path (CLNSA_MMA=0) at the smaller T, window 0
 #   sdpa     PyTorch's scaled_dot_product_attention at the same T
-#   variants the NSA forward at T=$VT under register caps and key chunks
+#   variants the NSA forward at T=$VT, window 0, under register caps and
+#            key chunks (VKC, VWG, VCAPS, VFAMILY, VMETHODS, VARGS)
+#   fused    the NSA forward and training step at T=$FT with the top-k run
+#            inside the forward kernel (the default) and as its own kernel
+#            (CLNSA_FUSED_TOPK=0), each kernel's time (--profile)
+#   tf32     f32 inputs at T=$TT: the TF32 mode (CLNSA_TF32=1) against the
+#            exact FMA kernels
 # The log goes to $OUT/log.txt, JSON and plots to $OUT/results.tgz (re-made
 # after each stage, so a run cut short keeps what it measured), the PTX to
 # $OUT/ptx.tgz.   STAGES="tests bench" bash bench/gpu_run.sh
@@ -21,7 +27,10 @@ R=${RESULTS:-/tmp/gpu_results}
 mkdir -p "$OUT" "$R"
 exec > >(tee -a "$OUT/log.txt") 2>&1
 save() { tar -czf "$OUT/results.tgz" -C "$R" .; }
-STAGES=${STAGES:-tests ptx bench portable sdpa variants}
+STAGES=${STAGES:-tests ptx bench portable sdpa variants fused tf32}
+WINDOWS=${WINDOWS:-512 0}
+FT=${FT:-65536}
+TT=${TT:-16384}
 Ts=${TS:-4096,8192,16384,32768,65536}
 PTs=${PORTABLE_TS:-4096,16384}
 VT=${VT:-16384}
@@ -59,12 +68,11 @@ if on ptx; then
 fi
 
 if on bench; then
-    echo "== clnsa bench, window 512 (the tensor-core path on bf16)"
-    bench --T "$Ts" $BENCH_ARGS --methods "$METHODS" --json "$R/bench_w512.json" --svg "$R/bench_w512.svg"
-    save
-    echo "== clnsa bench, window 0"
-    bench --T "$Ts" $BENCH_ARGS --window 0 --methods "$METHODS" --json "$R/bench_w0.json" --svg "$R/bench_w0.svg"
-    save
+    for w in $WINDOWS; do
+        echo "== clnsa bench, window $w (the tensor-core path on bf16)"
+        bench --T "$Ts" $BENCH_ARGS --window "$w" --methods "$METHODS" --json "$R/bench_w$w.json" --svg "$R/bench_w$w.svg"
+        save
+    done
 fi
 
 if on portable; then
@@ -79,16 +87,33 @@ if on sdpa; then
 fi
 
 if on variants; then
-    # key chunk KC and warps per group through a user tuning file, register caps through build options
-    for kc in 64 32; do
-        for wg in 128 64; do
+    # key chunk KC and warps per group of a family (VFAMILY) through a user
+    # tuning file, register caps through build options
+    for kc in ${VKC:-64 32}; do
+        for wg in ${VWG:-128 64}; do
             f=$R/tune_variant.json
-            printf '{"clnsa_tuning": 1, "entries": [{"vendor": "*", "architecture": "*", "device": "*", "family": "nsa_fwd_warp", "shape": {"dk": "*", "dv": "*", "g": "*", "block": "*", "dtype": "*"}, "params": {"WG": %d, "KC": %d}}]}\n' "$wg" "$kc" > "$f"
-            for cap in none 128 168; do
+            printf '{"clnsa_tuning": 1, "entries": [{"vendor": "*", "architecture": "*", "device": "*", "family": "%s", "shape": {"dk": "*", "dv": "*", "g": "*", "block": "*", "dtype": "*"}, "params": {"WG": %d, "KC": %d}}]}\n' "${VFAMILY:-nsa_fwd_warp}" "$wg" "$kc" > "$f"
+            for cap in ${VCAPS:-none 128 168}; do
                 opts=""; [ "$cap" != none ] && opts="-cl-nv-maxrregcount=$cap"
-                echo "== variant KC=$kc WG=$wg regcap=$cap"
-                CLNSA_TUNING_FILE=$f CLNSA_BUILD_OPTIONS=$opts bench --T "$VT" --methods slc,nsa --no-bwd --no-dense 2>&1 | tail -1
+                echo "== variant ${VFAMILY:-nsa_fwd_warp} KC=$kc WG=$wg regcap=$cap"
+                CLNSA_TUNING_FILE=$f CLNSA_BUILD_OPTIONS=$opts bench --T "$VT" --window 0 --methods ${VMETHODS:-slc,nsa} ${VARGS:---no-bwd} --no-dense 2>&1 | tail -1
             done
         done
     done
+fi
+
+if on fused; then
+    for f in 1 0; do
+        echo "== NSA at T=$FT, window 0, top-k fused into the forward: $f"
+        CLNSA_FUSED_TOPK=$f bench --T "$FT" --window 0 --methods nsa,topk+slc --no-dense --profile --json "$R/fused$f.json"
+        save
+    done
+fi
+
+if on tf32; then
+    echo "== f32 at T=$TT, window 512: TF32 mode"
+    CLNSA_TF32=1 bench --T "$TT" --dtype f32 --methods nsa,slc --no-dense --json "$R/tf32.json"
+    echo "== f32 at T=$TT, window 512: exact (FMA)"
+    bench --T "$TT" --dtype f32 --methods nsa,slc --no-dense --json "$R/f32_exact.json"
+    save
 fi

@@ -54,7 +54,7 @@ inline void bs_grad_weights(float *s, float *dp, int i, bool on, float l, float 
 
 /* The A fragments of the warp's 16 rows of a [B, T, heads, dim] view. */
 inline void load_rows_afrag(__global const store_t *x, idx_t off, idx4_t st, int b, const lane_rows *r, int head,
-                            int dim, uint *a)
+                            int dim, word_t *a)
 {
     load_afrag(x + at4(off, st, b, r->read[0], head, 0), r->tok[0] >= 0, x + at4(off, st, b, r->read[1], head, 0),
                r->tok[1] >= 0, dim, a);
@@ -79,8 +79,8 @@ inline void stage_query_chunk(int col, int row, int nqt, int b, int hq, int Tq, 
                               __global const store_t *q, idx_t q_off, idx4_t q_st, __global const store_t *dout,
                               idx_t do_off, idx4_t do_st, __global const int *pos_q, idx_t pq_off, idx4_t pq_st,
                               __global const int *seg_q, idx_t sq_off, idx4_t sq_st, __global const float *lse,
-                              idx_t lse_off, idx4_t lse_st, __global const float *delta, __local uint4 *q_raw,
-                              __local uint4 *do_raw, __local int *qpos, __local int *qseg, __local float *lse_s,
+                              idx_t lse_off, idx4_t lse_st, __global const float *delta, __local word4_t *q_raw,
+                              __local word4_t *do_raw, __local int *qpos, __local int *qseg, __local float *lse_s,
                               __local float *dl_s)
 {
     const int i0 = clamp(col, 0, nqt - 1) * BT + row, nq = clamp(Tq - i0, 0, KC), ir = min(i0, Tq - 1);
@@ -99,7 +99,7 @@ __kernel __attribute__((reqd_work_group_size(NW * WARP, 1, 1))) void bs_bwd_dq(
     BWD_IN_PARAMS, __global store_t *dq, idx_t dq_off, idx4_t dq_st)
 {
     __local uint wscr[NW * WARP_SCRATCH];
-    __local uint4 k_raw[2][KC * KROW / 8], v_raw[2][KC * VROW / 8];
+    __local word4_t k_raw[2][KC * KROW / 8], v_raw[2][KC * VROW / 8];
     __local int kpos[2][KC], kseg[2][KC];
     const int warp = get_local_id(0) / WARP, t = lane_id() & 3;
     __local uint *ws = wscr + warp * WARP_SCRATCH;
@@ -121,7 +121,7 @@ __kernel __attribute__((reqd_work_group_size(NW * WARP, 1, 1))) void bs_bwd_dq(
                                 : -INFINITY;
         dl[hr] = qr.tok[hr] >= 0 ? delta[((idx_t)b * Tq + i) * HQ + hq] : 0.0f;
     }
-    uint qa[DK / 4], da[DV / 4];
+    word_t qa[DK / 4], da[DV / 4];
     load_rows_afrag(q, q_off, q_st, b, &qr, hq, DK, qa);
     load_rows_afrag(dout, do_off, do_st, b, &qr, hq, DV, da);
     float acc[DK / 2];
@@ -172,7 +172,7 @@ __kernel __attribute__((reqd_work_group_size(NW * WARP, 1, 1))) void bs_bwd_dkdv
     idx4_t dv_st)
 {
     __local uint wscr[NW * WARP_SCRATCH];
-    __local uint4 q_raw[2][KC * KROW / 8], do_raw[2][KC * VROW / 8];
+    __local word4_t q_raw[2][KC * KROW / 8], do_raw[2][KC * VROW / 8];
     __local int qpos[2][KC], qseg[2][KC];
     __local float lse_s[2][KC], dl_s[2][KC];
     const int warp = get_local_id(0) / WARP, t = lane_id() & 3;
@@ -187,7 +187,7 @@ __kernel __attribute__((reqd_work_group_size(NW * WARP, 1, 1))) void bs_bwd_dkdv
     lay_idx += li_off;
 
     const lane_rows kr = bs_lane_rows(k0, Tk, 0, b, pos_k, pk_off, pk_st, seg_k, sk_off, sk_st);
-    uint ka[DK / 4], va[DV / 4];
+    word_t ka[DK / 4], va[DV / 4];
     load_rows_afrag(k, k_off, k_st, b, &kr, h, DK, ka);
     load_rows_afrag(v, v_off, v_st, b, &kr, h, DV, va);
     float dka[DK / 2], dva[DV / 2];

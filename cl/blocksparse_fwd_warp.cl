@@ -48,7 +48,7 @@ inline void bs_warp_mask(float *s, const lane_rows *qr, __local const int *kpos,
 __kernel __attribute__((reqd_work_group_size(NW * WARP, 1, 1))) void bs_fwd(FWD_PARAMS)
 {
     __local uint wscr[NW * WARP_SCRATCH];
-    __local uint4 k_raw[2][KC * KROW / 8], v_raw[2][KC * VROW / 8];
+    __local word4_t k_raw[2][KC * KROW / 8], v_raw[2][KC * VROW / 8];
     __local int kpos[2][KC], kseg[2][KC];
     const int warp = get_local_id(0) / WARP;
     __local uint *ws = wscr + warp * WARP_SCRATCH;
@@ -61,7 +61,7 @@ __kernel __attribute__((reqd_work_group_size(NW * WARP, 1, 1))) void bs_fwd(FWD_
     lay_cols += lc_off;
 
     const lane_rows qr = bs_lane_rows(r0, Tq, Tk - Tq, b, pos_q, pq_off, pq_st, seg_q, sq_off, sq_st);
-    uint qa[QA_WORDS];
+    word_t qa[QA_WORDS];
     load_afrag(q + at4(q_off, q_st, b, qr.read[0], hq, 0), qr.tok[0] >= 0, q + at4(q_off, q_st, b, qr.read[1], hq, 0),
                qr.tok[1] >= 0, DK, qa);
     float m[2], l[2], acc[ACC_N];

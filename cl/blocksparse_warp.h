@@ -50,7 +50,7 @@ inline void stage_tokens(__local int *pos_s, __local int *seg_s, int rows, int t
 inline void stage_keys(int col, int tile, int row, int nkt, int b, int h, int Tk, __global const store_t *k, idx_t k_off,
                        idx4_t k_st, __global const store_t *v, idx_t v_off, idx4_t v_st, __global const int *pos_k,
                        idx_t pk_off, idx4_t pk_st, __global const int *seg_k, idx_t sk_off, idx4_t sk_st,
-                       __local uint4 *k_raw, __local uint4 *v_raw, __local int *kpos, __local int *kseg)
+                       __local word4_t *k_raw, __local word4_t *v_raw, __local int *kpos, __local int *kseg)
 {
     const int j0 = clamp(col, 0, nkt - 1) * tile + row, nk = clamp(Tk - j0, 0, KC), jr = min(j0, Tk - 1);
     stage_rows((__local store_t *)k_raw, KROW, KC, DK, k + at4(k_off, k_st, b, jr, h, 0), k_st.y, nk);

@@ -33,7 +33,7 @@
 
 /* Starts copying the Q and dO rows of the chunk of query rows from r0
  * (row r of token tok[r], -1: zeros) into qs and dos; asynchronous on
- * NVIDIA (copy16_async). All work-items call it. */
+ * NVIDIA (copy_chunk_async). All work-items call it. */
 inline void fetch_query_rows(int r0, int b, int h, __local const int *tok, __global const store_t *q, idx_t q_off,
                              idx4_t q_st, __global const store_t *dout, idx_t do_off, idx4_t do_st, __local store_t *qs,
                              __local store_t *dos)
@@ -45,7 +45,7 @@ inline void fetch_query_rows(int r0, int b, int h, __local const int *tok, __glo
         __global const store_t *src = is_q ? q + at4(q_off, q_st, b, max(t, 0), hq, c)
                                            : dout + at4(do_off, do_st, b, max(t, 0), hq, c);
         __local store_t *dst = is_q ? qs + r * QPAD + tile_col(r, c, QPAD, DK) : dos + r * DPAD + tile_col(r, c, DPAD, DV);
-        copy16_async(dst, src, t >= 0);
+        copy_chunk_async(dst, src, t >= 0);
     }
     copy_async_commit();
 }
@@ -91,9 +91,9 @@ inline void store_key_row(__global float *g, idx_t at, int dim, const float *c, 
 __kernel __attribute__((reqd_work_group_size(NW * WARP, 1, 1))) void nsa_bwd_dkdv(DKDV_ARGS)
 {
     __local uint wscr[NW * WARP_SCRATCH];
-    /* read and written in 16-byte pieces: uint4 arrays for the alignment
+    /* read and written in chunks of 8 elements: word4_t arrays for the alignment
      * (f16 arrays would need cl_khr_fp16 anyway) */
-    __local uint4 q_raw[2][RQ * QPAD / 8], do_raw[2][RQ * DPAD / 8];
+    __local word4_t q_raw[2][RQ * QPAD / 8], do_raw[2][RQ * DPAD / 8];
     __local int tok_s[3][RQ];
     __local float lse_s[2][RQ], d_s[2][RQ], g_s[2][RQ];
     const int warp = get_local_id(0) / WARP, lane = lane_id(), gq = lane >> 2, tq = lane & 3;
@@ -117,7 +117,7 @@ __kernel __attribute__((reqd_work_group_size(NW * WARP, 1, 1))) void nsa_bwd_dkd
         key[hr] = kv[hr] ? dkdv_key(kt, j, b, T, cu, nseq, cmp_off) : (int3)(0);
     }
     const int j0 = kt.key0 + warp * 16 + gq;
-    uint ka[DK / 4], va[DV / 4];
+    word_t ka[DK / 4], va[DV / 4];
     load_afrag(k + at4(k_off, k_st, b, j0, h, 0), kv[0], k + at4(k_off, k_st, b, j0 + 8, h, 0), kv[1], DK, ka);
     load_afrag(v + at4(v_off, v_st, b, j0, h, 0), kv[0], v + at4(v_off, v_st, b, j0 + 8, h, 0), kv[1], DV, va);
     float dka[DK / 2], dva[DV / 2];

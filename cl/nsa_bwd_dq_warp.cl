@@ -29,7 +29,7 @@ inline void dq_rows(float *lse2, float *dd, float *gg, int ng, __global const fl
 }
 
 /* dq += dS K over keys 0 .. n-1 of k / v (row strides k_rs, v_rs). */
-inline void dq_range(const uint *qa, const uint *doa, float *dq, const float *lse2, const float *dd, const float *gg,
+inline void dq_range(const word_t *qa, const word_t *doa, float *dq, const float *lse2, const float *dd, const float *gg,
                      __global const store_t *k, idx_t k_rs, __global const store_t *v, idx_t v_rs, int n, float sl2,
                      __local uint *ws)
 {
@@ -73,7 +73,7 @@ __kernel __attribute__((reqd_work_group_size(NW * WARP, 1, 1))) void nsa_bwd_dq(
     const float sl2 = scale * LOG2E;
     (void)kc; (void)vc; (void)nc_rows; (void)cmp_off; (void)bidx; (void)bcnt; (void)tl;
 
-    uint qa[QA_WORDS], doa[DV / 4];
+    word_t qa[QA_WORDS], doa[DV / 4];
     load_afrag(q + at4(q_off, q_st, b, t, hq0 + gq, 0), gq < ng, q + at4(q_off, q_st, b, t, hq0 + gq + 8, 0),
                gq + 8 < ng, DK, qa);
     load_afrag(dout + at4(do_off, do_st, b, t, hq0 + gq, 0), gq < ng, dout + at4(do_off, do_st, b, t, hq0 + gq + 8, 0),

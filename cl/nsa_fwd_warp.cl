@@ -6,11 +6,20 @@
  * rows), keeps the queries in registers for the three branches, and sums
  * the gated branch outputs in its slice of local memory.
  *
+ * With FUSED_TOPK (NGT = 1, S <= 32, the compressed branch on) the warp
+ * also runs the online top-k between the compressed and selected branches
+ * (nsa_topk_warp.h): the compressed branch's row statistics are the top-k's
+ * pass 1, so only pass 2 is left, on the queries already in registers; the
+ * selection is written to bidx (block_indices) and read from the list's
+ * registers. At 64k on the H200 the separate top-k kernel took 9.5 ms, 2.7
+ * of them its pass 1.
+ *
  * Defines (besides common.h, warp_mma.h, warp_attn.h, nsa_ranges.h): G,
  * NGT = ceil(G/16) head tiles, NW warps per work-group, HAS_CMP, HAS_SLC,
  * HAS_SWA, HAS_COUNTS, BS, S, CMP_L, CMP_D, WINDOW, BWD_PRE, OUT_VEC (o's
  * rows aligned for vector stores), SAVE_VEC (likewise the saved branch
- * outputs').
+ * outputs'), FUSED_TOPK (then nsa_topk_warp.h and its JB, PC_MAX,
+ * INIT_BLOCKS, LOCAL_BLOCKS).
  * NDRange: (32 * NW * ceil(T*NGT / NW), H, B); warp w of group x owns token
  * (x*NW + w) / NGT and head tile (x*NW + w) % NGT.
  */
@@ -94,6 +103,9 @@ __kernel __attribute__((reqd_work_group_size(NW * WARP, 1, 1))) void nsa_fwd(
 {
     __local uint wscr[NW * WARP_SCRATCH];
     __local float out_all[NW * 16 * DV];
+#if FUSED_TOPK
+    __local float pc_all[NW * PC_MAX];
+#endif
     const int warp = get_local_id(0) / WARP, lane = lane_id(), gq = lane >> 2;
     __local uint *ws = wscr + warp * WARP_SCRATCH;
     __local float *outs = out_all + warp * 16 * DV;
@@ -107,9 +119,10 @@ __kernel __attribute__((reqd_work_group_size(NW * WARP, 1, 1))) void nsa_fwd(
     const int tl = t - sq.start;
     const bool live = sq.len > 0;
     const float sl2 = scale * LOG2E;
-    (void)kc; (void)vc; (void)nc_rows; (void)cmp_off; (void)bidx; (void)bcnt; (void)tl;
+    const int row0 = cmp_row0(cmp_off, sq), nvis = cmp_visible(tl, live, nc_rows, row0);
+    (void)kc; (void)vc; (void)nc_rows; (void)cmp_off; (void)bidx; (void)bcnt; (void)tl; (void)row0; (void)nvis;
 
-    uint qa[QA_WORDS];
+    word_t qa[QA_WORDS];
     load_afrag(q + at4(q_off, q_st, b, t, hq0 + gq, 0), gq < ng, q + at4(q_off, q_st, b, t, hq0 + gq + 8, 0),
                gq + 8 < ng, DK, qa);
     float m[2], l[2], acc[ACC_N];
@@ -118,12 +131,24 @@ __kernel __attribute__((reqd_work_group_size(NW * WARP, 1, 1))) void nsa_fwd(
 
 #if HAS_CMP
     warp_reset(m, l, acc);
-    {
-        const int row0 = cmp_row0(cmp_off, sq), nvis = cmp_visible(tl, live, nc_rows, row0);
-        warp_attend_range(qa, m, l, acc, kc + at4(kc_off, kc_st, b, row0, h, 0), kc_st.y,
-                          vc + at4(vc_off, vc_st, b, row0, h, 0), vc_st.y, nvis, sl2, ws);
-    }
+    warp_attend_range(qa, m, l, acc, kc + at4(kc_off, kc_st, b, row0, h, 0), kc_st.y,
+                      vc + at4(vc_off, vc_st, b, row0, h, 0), vc_st.y, nvis, sl2, ws);
     DONE(cmp, c);
+#endif
+
+#if FUSED_TOPK
+    /* pass 2 of the top-k, with the compressed branch's log-sum-exp (l is
+     * now each row's whole sum) */
+    TOPK_LIST(list);
+    {
+        float lse2[2];
+#pragma unroll
+        for (int r = 0; r < 2; ++r) lse2[r] = gq + 8 * r < ng && l[r] > 0.0f ? m[r] + log2(l[r]) : -INFINITY;
+        const int cur = tl / BS;
+        topk_select(qa, q + at4(q_off, q_st, b, t, hq0, 0), q_st.z, lse2, kc + at4(kc_off, kc_st, b, row0, h, 0),
+                    kc_st.y, nvis, cur, live ? cur + 1 : 0, sl2, pc_all + warp * PC_MAX, &list, ws);
+        list_store(&list, bcnt, at4(bc_off, bc_st, b, t, h, 0), bidx, at4(bi_off, bi_st, b, t, h, 0), bi_st.w);
+    }
 #endif
 
 #if HAS_SLC
@@ -132,7 +157,12 @@ __kernel __attribute__((reqd_work_group_size(NW * WARP, 1, 1))) void nsa_fwd(
         const int nslots = slc_slots(bcnt, at4(bc_off, bc_st, b, t, h, 0), live);
         __global const store_t *kb = k + at4(k_off, k_st, b, sq.start, h, 0), *vb = v + at4(v_off, v_st, b, sq.start, h, 0);
         for (int s = 0; s < nslots; ++s) {
+#if FUSED_TOPK
+            const int j = list_block(&list, s, ws); /* distinct blocks, none past the query's */
+            const int2 r = (int2)(j * BS, j < 0 ? 0 : min(BS, tl + 1 - j * BS));
+#else
             const int2 r = slc_slot(bidx, at4(bi_off, bi_st, b, t, h, 0), bi_st.w, s, tl);
+#endif
             if (r.y == 0) continue; /* the same for the whole warp */
             warp_attend_range(qa, m, l, acc, kb + (idx_t)r.x * k_st.y, k_st.y, vb + (idx_t)r.x * v_st.y, v_st.y, r.y,
                               sl2, ws);

@@ -9,7 +9,13 @@
 
 /* The leading arguments of every per-query kernel (nsa_fwd, nsa_bwd_dq), in
  * the order nsa_plan_query_kernel() sets them: q, k, v, the compressed K/V
- * and their row count, the gates, the sequences, the selection. */
+ * and their row count, the gates, the sequences, the selection (written by
+ * a forward that runs the top-k itself: FUSED_TOPK). */
+#if FUSED_TOPK
+#define BIDX_CONST
+#else
+#define BIDX_CONST const
+#endif
 #define NSA_QUERY_ARGS                                                                    \
     __global const store_t *q, idx_t q_off, idx4_t q_st, __global const store_t *k,       \
         idx_t k_off, idx4_t k_st, __global const store_t *v, idx_t v_off, idx4_t v_st,    \
@@ -18,7 +24,7 @@
         idx_t gc_off, idx4_t gc_st, __global const store_t *g_slc, idx_t gs_off,          \
         idx4_t gs_st, __global const store_t *g_swa, idx_t gw_off, idx4_t gw_st,          \
         __global const int *cu, idx_t cu0, int nseq, __global const int *cmp_off,         \
-        idx_t cmp_off0, __global const int *bidx, idx_t bi_off, idx4_t bi_st,             \
+        idx_t cmp_off0, __global BIDX_CONST int *bidx, idx_t bi_off, idx4_t bi_st,        \
         __global const int *bcnt, idx_t bc_off, idx4_t bc_st
 
 /* nsa_fwd's arguments after NSA_QUERY_ARGS (nsa_fwd.cl, nsa_fwd_warp.cl):
@@ -134,17 +140,24 @@ inline void topk_insert(__local float *tv, __local int *ti, float score, int j)
     ti[p] = j;
 }
 
+/* How many of the list's entries a row keeps: its block_counts entry
+ * clamped to [0, S], else S. */
+inline int topk_nsel(__global const int *bcnt, idx_t cnt_at)
+{
+#if HAS_COUNTS
+    return clamp(bcnt[cnt_at], 0, S);
+#else
+    (void)bcnt; (void)cnt_at;
+    return S;
+#endif
+}
+
 /* Writes the list's first block_counts (or S) entries as the row's
  * selection, -1 for the rest and for unfilled entries; work-item i of n
  * writes slots i, i+n, ... */
 inline void topk_store(__local const float *tv, __local const int *ti, __global const int *bcnt, idx_t cnt_at,
                        __global int *bidx, idx_t row, idx_t slot_stride, int i, int n)
 {
-#if HAS_COUNTS
-    const int nsel = clamp(bcnt[cnt_at], 0, S);
-#else
-    (void)bcnt; (void)cnt_at;
-    const int nsel = S;
-#endif
+    const int nsel = topk_nsel(bcnt, cnt_at);
     for (int s = i; s < S; s += n) bidx[row + (idx_t)s * slot_stride] = (s < nsel && tv[s] > -INFINITY) ? ti[s] : -1;
 }

@@ -58,54 +58,70 @@ inline int global_col(int r, int e, idx_t stride, int dim)
     return e;
 }
 
+/* The four words of x (8 elements) into w[0..3]: .lo.lo is a uint of a
+ * uint4, a float2 of a float8. */
+#define SPLIT_WORDS4(x, w) ((w)[0] = (x).lo.lo, (w)[1] = (x).lo.hi, (w)[2] = (x).hi.lo, (w)[3] = (x).hi.hi)
+
+/* Starts copying 8 elements (a chunk: 16 bytes, 32 in f32) from src into
+ * dst, or zeros when !valid (copy16_async). */
+inline void copy_chunk_async(__local store_t *dst, __global const store_t *src, bool valid)
+{
+    for (int i = 0; i < 8; i += 16 / (int)sizeof(store_t)) copy16_async(dst + i, src + i, valid);
+}
+
 /* Row reads in global or local memory (OpenCL 1.2 has no generic address
  * space, so each is defined for both; their loops have constant trip
  * counts and unroll). Row r of a tile at base with row stride rs; zeros
- * where !valid.
- *   KFRAG(base, rs, r, dim, valid, w): the words lane t holds of a
+ * where !valid. With guard, rows that are not valid are not read (they may
+ * lie outside the buffer); without, row r is read whatever valid says (it
+ * must be readable) and the words zeroed after: the loads are then
+ * unconditional and share one row address, where predicated loads made
+ * NVIDIA's compiler rebuild the 64-bit address for every piece (about 150
+ * integer instructions per 32 mma in the forward's loop on the H200).
+ *   KFRAG(base, rs, r, dim, valid, guard, w): the words lane t holds of a
  *     `dim`-long row for the k-steps of a product over that dim: k-step kk
  *     in words 2kk, 2kk+1 (dims kdim(kk, t) .. +3);
- *   COLS(base, rs, r, dim, valid, w): dim/16 words of a row, the dims
- *     gq*dim/8 .. +dim/8-1 of lane (gq, t). */
+ *   COLS(base, rs, r, dim, valid, guard, w): dim/16 words of a row, the
+ *     dims gq*dim/8 .. +dim/8-1 of lane (gq, t). */
+#define ROW_PIECE(T, ptr, valid, guard) ((guard) && !(valid) ? (T)(0) : *(ptr))
 #define DEFINE_ROW_READS(SPACE, KFRAG, COLS, COL)                                                                 \
-    inline void KFRAG(SPACE const store_t *base, idx_t rs, int r, int dim, bool valid, uint *w)                   \
+    inline void KFRAG(SPACE const store_t *base, idx_t rs, int r, int dim, bool valid, bool guard, word_t *w)     \
     {                                                                                                             \
         const int t = lane_id() & 3;                                                                              \
         SPACE const store_t *row = base + (idx_t)r * rs;                                                          \
         for (int kp = 0; kp < dim / 32; ++kp) {                                                                   \
-            const uint4 x = valid ? *(SPACE const uint4 *)(row + COL(r, 32 * kp + 8 * t, rs, dim)) : (uint4)(0u); \
-            w[4 * kp] = x.x;                                                                                      \
-            w[4 * kp + 1] = x.y;                                                                                  \
-            w[4 * kp + 2] = x.z;                                                                                  \
-            w[4 * kp + 3] = x.w;                                                                                  \
+            const word4_t x = ROW_PIECE(word4_t, (SPACE const word4_t *)(row + COL(r, 32 * kp + 8 * t, rs, dim)), \
+                                        valid, guard);                                                            \
+            SPLIT_WORDS4(valid ? x : (word4_t)(0), w + 4 * kp);                                                   \
         }                                                                                                         \
         if (dim % 32) {                                                                                           \
             const int kk = dim / 16 - 1;                                                                          \
-            const uint2 x = valid ? *(SPACE const uint2 *)(row + 16 * kk + 4 * t) : (uint2)(0u);                  \
-            w[2 * kk] = x.x;                                                                                      \
-            w[2 * kk + 1] = x.y;                                                                                  \
+            const word2_t x = ROW_PIECE(word2_t, (SPACE const word2_t *)(row + 16 * kk + 4 * t), valid, guard);    \
+            w[2 * kk] = valid ? x.lo : (word_t)(0);                                                               \
+            w[2 * kk + 1] = valid ? x.hi : (word_t)(0);                                                           \
         }                                                                                                         \
     }                                                                                                             \
-    inline void COLS(SPACE const store_t *base, idx_t rs, int r, int dim, bool valid, uint *w)                    \
+    inline void COLS(SPACE const store_t *base, idx_t rs, int r, int dim, bool valid, bool guard, word_t *w)      \
     {                                                                                                             \
         const int n = dim / 16, e0 = (lane_id() >> 2) * (dim / 8);                                                \
         SPACE const store_t *row = base + (idx_t)r * rs;                                                          \
         if (n % 4 == 0) {                                                                                         \
             for (int i = 0; i < n / 4; ++i) {                                                                     \
-                const uint4 x = valid ? *(SPACE const uint4 *)(row + COL(r, e0 + 8 * i, rs, dim)) : (uint4)(0u);  \
-                w[4 * i] = x.x;                                                                                   \
-                w[4 * i + 1] = x.y;                                                                               \
-                w[4 * i + 2] = x.z;                                                                               \
-                w[4 * i + 3] = x.w;                                                                               \
+                const word4_t x = ROW_PIECE(word4_t, (SPACE const word4_t *)(row + COL(r, e0 + 8 * i, rs, dim)),  \
+                                            valid, guard);                                                        \
+                SPLIT_WORDS4(valid ? x : (word4_t)(0), w + 4 * i);                                                \
             }                                                                                                     \
         } else if (n % 2 == 0) {                                                                                  \
             for (int i = 0; i < n / 2; ++i) {                                                                     \
-                const uint2 x = valid ? ((SPACE const uint2 *)(row + e0))[i] : (uint2)(0u);                       \
-                w[2 * i] = x.x;                                                                                   \
-                w[2 * i + 1] = x.y;                                                                               \
+                const word2_t x = ROW_PIECE(word2_t, (SPACE const word2_t *)(row + e0) + i, valid, guard);        \
+                w[2 * i] = valid ? x.lo : (word_t)(0);                                                            \
+                w[2 * i + 1] = valid ? x.hi : (word_t)(0);                                                        \
             }                                                                                                     \
         } else {                                                                                                  \
-            for (int i = 0; i < n; ++i) w[i] = valid ? ((SPACE const uint *)(row + e0))[i] : 0u;                  \
+            for (int i = 0; i < n; ++i) {                                                                         \
+                const word_t x = ROW_PIECE(word_t, (SPACE const word_t *)(row + e0) + i, valid, guard);           \
+                w[i] = valid ? x : (word_t)(0);                                                                   \
+            }                                                                                                     \
         }                                                                                                         \
     }
 
@@ -116,7 +132,7 @@ DEFINE_ROW_READS(__local, lds_kfrag, lds_cols, tile_col)
  * a local tile of `stride`-element rows (swizzled where tile_col says),
  * zeros from row `valid` on (zero
  * keys and values keep masked products finite); asynchronous on NVIDIA
- * (copy16_async): the tile is complete after copy_async_wait() and a
+ * (copy_chunk_async): the tile is complete after copy_async_wait() and a
  * barrier. Every work-item of the NW warps calls it. */
 inline void stage_rows(__local store_t *dst, int stride, int rows, int dim, __global const store_t *src, idx_t rs,
                        int valid)
@@ -125,18 +141,18 @@ inline void stage_rows(__local store_t *dst, int stride, int rows, int dim, __gl
     for (int i = get_local_id(0); i < rows * per; i += NW * WARP) {
         const int r = i / per, c = 8 * rem_of(i, r, per);
         const idx_t from = (idx_t)min(r, max(valid - 1, 0)) * rs + c;
-        copy16_async(dst + r * stride + tile_col(r, c, stride, dim), src + from, r < valid);
+        copy_chunk_async(dst + r * stride + tile_col(r, c, stride, dim), src + from, r < valid);
     }
     copy_async_commit();
 }
 
 /* The A fragments of 16 rows for a product over `dim`: row gq at r0, row
  * gq+8 at r8 (either absent: zeros). qa[4*kk + i] = a_i of k-step kk. */
-inline void load_afrag(__global const store_t *r0, bool v0, __global const store_t *r8, bool v8, int dim, uint *qa)
+inline void load_afrag(__global const store_t *r0, bool v0, __global const store_t *r8, bool v8, int dim, word_t *qa)
 {
-    uint w0[32], w8[32];
-    load_kfrag(r0, 0, 0, dim, v0, w0);
-    load_kfrag(r8, 0, 0, dim, v8, w8);
+    word_t w0[32], w8[32];
+    load_kfrag(r0, 0, 0, dim, v0, true, w0);
+    load_kfrag(r8, 0, 0, dim, v8, true, w8);
 #pragma unroll
     for (int kk = 0; kk < dim / 16; ++kk) {
         qa[4 * kk] = w0[2 * kk];
@@ -148,13 +164,13 @@ inline void load_afrag(__global const store_t *r0, bool v0, __global const store
 
 /* c[4*nb ..] += A B for the `dim`/8 n-blocks of B, whose 16 k-rows (the
  * keys 2t, 2t+1, 2t+8, 2t+9 of lane t) were read by load_cols. */
-inline void mma_cols(float *c, uint a0, uint a1, uint a2, uint a3, const uint *k0, const uint *k1, const uint *k8,
-                     const uint *k9, int dim, __local uint *ws)
+inline void mma_cols(float *c, word_t a0, word_t a1, word_t a2, word_t a3, const word_t *k0, const word_t *k1,
+                     const word_t *k8, const word_t *k9, int dim, __local uint *ws)
 {
 #pragma unroll
     for (int nb = 0; nb < dim / 8; ++nb) {
         const int w = nb >> 1, hi = nb & 1;
-        mma16816(c + 4 * nb, a0, a1, a2, a3, pick16(k0[w], k1[w], hi), pick16(k8[w], k9[w], hi), ws);
+        mma16816(c + 4 * nb, a0, a1, a2, a3, pick_pair(k0[w], k1[w], hi), pick_pair(k8[w], k9[w], hi), ws);
     }
 }
 
@@ -168,7 +184,7 @@ inline float row_value(const float *c, int dim, int hr, int e)
 
 /* Word i of the lane's part of row hr: values 2i, 2i+1, times scale,
  * rounded to the storage type. */
-inline uint row_word(const float *c, int dim, int hr, int i, float scale, __local uint *ws)
+inline word_t row_word(const float *c, int dim, int hr, int i, float scale, __local uint *ws)
 {
     return pack_f32x2(scale * row_value(c, dim, hr, 2 * i), scale * row_value(c, dim, hr, 2 * i + 1), ws);
 }
@@ -182,16 +198,16 @@ inline void store_row(__global store_t *row, int dim, const float *c, int hr, fl
     if (n % 4 == 0) {
 #pragma unroll
         for (int i = 0; i < n / 4; ++i)
-            STORE_WORDS(4, (uint4)(row_word(c, dim, hr, 4 * i, scale, ws), row_word(c, dim, hr, 4 * i + 1, scale, ws),
+            STORE_WORDS4((word4_t)(row_word(c, dim, hr, 4 * i, scale, ws), row_word(c, dim, hr, 4 * i + 1, scale, ws),
                                    row_word(c, dim, hr, 4 * i + 2, scale, ws), row_word(c, dim, hr, 4 * i + 3, scale, ws)),
-                        i, p);
+                         i, p);
     } else if (n % 2 == 0) {
 #pragma unroll
         for (int i = 0; i < n / 2; ++i)
-            STORE_WORDS(2, (uint2)(row_word(c, dim, hr, 2 * i, scale, ws), row_word(c, dim, hr, 2 * i + 1, scale, ws)), i, p);
+            STORE_WORDS2((word2_t)(row_word(c, dim, hr, 2 * i, scale, ws), row_word(c, dim, hr, 2 * i + 1, scale, ws)), i, p);
     } else {
 #pragma unroll
-        for (int i = 0; i < n; ++i) ((__global uint *)p)[i] = row_word(c, dim, hr, i, scale, ws);
+        for (int i = 0; i < n; ++i) ((__global word_t *)p)[i] = row_word(c, dim, hr, i, scale, ws);
     }
 }
 
@@ -216,7 +232,8 @@ inline void warp_reset(float *m, float *l, float *acc)
  * (lds_products, lds_accumulate):
  *   PRODUCTS(s, a, k, k_rs, lo, hi, dim, ws): s[4*nb ..] = A K^T for the KC
  *     keys from row k (row stride k_rs) whose chunk index lies in [lo, hi)
- *     (other keys are not read), over `dim`: the scores Q K^T (dim DK), or
+ *     (lo < hi; rows outside read as zero, and only rows lo .. hi-1 are
+ *     read: each row is clamped into the range), over `dim`: the scores Q K^T (dim DK), or
  *     dO V^T (dim DV) in the backward;
  *   ACCUMULATE(c, p, x, x_rs, lo, hi, dim, ws): c += P X for the chunk's
  *     weights p (score fragments: P V, or dS K in the backward) and the rows
@@ -224,15 +241,15 @@ inline void warp_reset(float *m, float *l, float *acc)
  *     `dim` output columns. P is rounded to the 16-bit type for the product,
  *     as FlashAttention does. */
 #define DEFINE_CHUNK_PRODUCTS(SPACE, PRODUCTS, ACCUMULATE, KFRAG, COLS)                                           \
-    inline void PRODUCTS(float *s, const uint *a, SPACE const store_t *k, idx_t k_rs, int lo, int hi, int dim,    \
+    inline void PRODUCTS(float *s, const word_t *a, SPACE const store_t *k, idx_t k_rs, int lo, int hi, int dim,    \
                          __local uint *ws)                                                                        \
     {                                                                                                             \
         const int gq = lane_id() >> 2;                                                                            \
         _Pragma("unroll") for (int nb = 0; nb < KC / 8; ++nb)                                                     \
         {                                                                                                         \
             const int j = 8 * nb + gq;                                                                            \
-            uint kw[32];                                                                                          \
-            KFRAG(k, k_rs, j, dim, j >= lo && j < hi, kw);                                                        \
+            word_t kw[32];                                                                                        \
+            KFRAG(k, k_rs, clamp(j, lo, hi - 1), dim, j >= lo && j < hi, false, kw);                              \
             s[4 * nb] = s[4 * nb + 1] = s[4 * nb + 2] = s[4 * nb + 3] = 0.0f;                                     \
             _Pragma("unroll") for (int kk = 0; kk < dim / 16; ++kk)                                               \
                 mma16816(s + 4 * nb, a[4 * kk], a[4 * kk + 1], a[4 * kk + 2], a[4 * kk + 3], kw[2 * kk],          \
@@ -246,14 +263,14 @@ inline void warp_reset(float *m, float *l, float *acc)
         _Pragma("unroll") for (int kk = 0; kk < KC / 16; ++kk)                                                    \
         {                                                                                                         \
             const float *p0 = p + 8 * kk, *p1 = p0 + 4;                                                           \
-            const uint a0 = pack_f32x2(p0[0], p0[1], ws), a1 = pack_f32x2(p0[2], p0[3], ws);                      \
-            const uint a2 = pack_f32x2(p1[0], p1[1], ws), a3 = pack_f32x2(p1[2], p1[3], ws);                      \
+            const word_t a0 = pack_f32x2(p0[0], p0[1], ws), a1 = pack_f32x2(p0[2], p0[3], ws);                    \
+            const word_t a2 = pack_f32x2(p1[0], p1[1], ws), a3 = pack_f32x2(p1[2], p1[3], ws);                    \
             const int j = 16 * kk + 2 * t;                                                                        \
-            uint x0[16], x1[16], x8[16], x9[16];                                                                  \
-            COLS(x, x_rs, j, dim, j >= lo && j < hi, x0);                                                         \
-            COLS(x, x_rs, j + 1, dim, j + 1 >= lo && j + 1 < hi, x1);                                             \
-            COLS(x, x_rs, j + 8, dim, j + 8 >= lo && j + 8 < hi, x8);                                             \
-            COLS(x, x_rs, j + 9, dim, j + 9 >= lo && j + 9 < hi, x9);                                             \
+            word_t x0[16], x1[16], x8[16], x9[16];                                                                \
+            COLS(x, x_rs, clamp(j, lo, hi - 1), dim, j >= lo && j < hi, false, x0);                               \
+            COLS(x, x_rs, clamp(j + 1, lo, hi - 1), dim, j + 1 >= lo && j + 1 < hi, false, x1);                   \
+            COLS(x, x_rs, clamp(j + 8, lo, hi - 1), dim, j + 8 >= lo && j + 8 < hi, false, x8);                   \
+            COLS(x, x_rs, clamp(j + 9, lo, hi - 1), dim, j + 9 >= lo && j + 9 < hi, false, x9);                   \
             mma_cols(c, a0, a1, a2, a3, x0, x1, x8, x9, dim, ws);                                                 \
         }                                                                                                         \
     }
@@ -261,7 +278,7 @@ inline void warp_reset(float *m, float *l, float *acc)
 DEFINE_CHUNK_PRODUCTS(__global, warp_products, warp_accumulate, load_kfrag, load_cols)
 DEFINE_CHUNK_PRODUCTS(__local, lds_products, lds_accumulate, lds_kfrag, lds_cols)
 
-inline void warp_scores(float *s, const uint *qa, __global const store_t *k, idx_t k_rs, int lo, int hi,
+inline void warp_scores(float *s, const word_t *qa, __global const store_t *k, idx_t k_rs, int lo, int hi,
                         __local uint *ws)
 {
     warp_products(s, qa, k, k_rs, lo, hi, DK, ws);
@@ -325,7 +342,7 @@ inline bool warp_softmax(float *s, const float *mx, float *m, float *l, float *a
 
 /* One chunk of the online softmax: keys k, v (row strides k_rs, v_rs) at
  * chunk positions 0 .. KC-1, of which row r (gq, gq+8) sees [lo_r, hi_r). */
-inline void warp_attend_chunk(const uint *qa, float *m, float *l, float *acc, __global const store_t *k, idx_t k_rs,
+inline void warp_attend_chunk(const word_t *qa, float *m, float *l, float *acc, __global const store_t *k, idx_t k_rs,
                               __global const store_t *v, idx_t v_rs, int lo0, int hi0, int lo1, int hi1,
                               float scale_log2, __local uint *ws)
 {
@@ -341,7 +358,7 @@ inline void warp_attend_chunk(const uint *qa, float *m, float *l, float *acc, __
 }
 
 /* Attends the rows to n keys from row k0 / v0, all rows seeing all of them. */
-inline void warp_attend_range(const uint *qa, float *m, float *l, float *acc, __global const store_t *k, idx_t k_rs,
+inline void warp_attend_range(const word_t *qa, float *m, float *l, float *acc, __global const store_t *k, idx_t k_rs,
                               __global const store_t *v, idx_t v_rs, int n, float scale_log2, __local uint *ws)
 {
     for (int c0 = 0; c0 < n; c0 += KC) {

@@ -1,8 +1,8 @@
 /*
  * warp_mma.h: warp-level tensor-core operations for the warp kernels
  * (warp_attn.h and the *_warp kernels). A warp is 32 consecutive local ids;
- * it owns a tile of 16 query rows and computes with m16n8k16 matrix products
- * (16-bit inputs, f32 accumulators) and exchanges values across its lanes.
+ * it owns a tile of 16 query rows and computes with 16x8x16 matrix products
+ * (f32 accumulators) and exchanges values across its lanes.
  *
  *   MMA_NV = 1  NVIDIA compute capability 8.0+, through inline PTX:
  *               mma.sync, shfl.sync, vote.sync, bar.warp.sync, cp.async. Any number of
@@ -20,46 +20,77 @@
  *                      a2 = A[gq][2t+8, 2t+9], a3 = A[gq+8][2t+8, 2t+9];
  *   B 16x8 (k x n):    b0 = B[2t, 2t+1][gq], b1 = B[2t+8, 2t+9][gq];
  *   C 16x8:            c0, c1 = C[gq][2t, 2t+1], c2, c3 = C[gq+8][2t, 2t+1].
- * A 32-bit register holds two 16-bit values, the lower index in the low half.
+ * Each of a0..b1 is a word_t, two consecutive elements of the storage type,
+ * the lower index first: a uint of two 16-bit values (f16, bf16: one
+ * mma.m16n8k16), or, in the TF32 mode (STORAGE 0: f32 storage), a float2
+ * whose values the product rounds to TF32 (10-bit mantissa, to nearest)
+ * and which takes two mma.m16n8k8.tf32, k-slots t and t+4 of the first
+ * holding the k indices 2t and 2t+1 (the second: 2t+8, 2t+9), so that the
+ * fragments above, and every kernel built on them, stay the same.
  *
- * Defines: STORAGE (1 = f16, 2 = bf16), MMA_NV.
+ * Defines: STORAGE (0 = f32 in the TF32 mode, 1 = f16, 2 = bf16), MMA_NV.
  */
 #ifndef MMA_NV
 #define MMA_NV 0
 #endif
 
 #define WARP 32
+
+/* The fragment word (two elements) and vectors of two and four of them,
+ * which hold 4 and 8 consecutive elements of a row (WORD_UINTS: 32-bit
+ * words in one). */
+#if STORAGE == 0
+typedef float2 word_t;
+typedef float4 word2_t;
+typedef float8 word4_t;
+#define WORD_UINTS 2
+#else
+typedef uint word_t;
+typedef uint2 word2_t;
+typedef uint4 word4_t;
+#define WORD_UINTS 1
+#endif
+
 #if MMA_NV
 #define WARP_SCRATCH 1
 #else
-#define WARP_SCRATCH (7 * WARP) /* mma operands, then one word per lane */
+#define WARP_SCRATCH ((6 * WORD_UINTS + 1) * WARP) /* mma operands, then one word per lane */
 #endif
 
-/* Stores N (2 or 4) words w at piece i of p (N-word aligned): one wide
- * store on NVIDIA (vstoreN only promises word alignment, so it would be
- * split). The emulated build uses vstoreN: Oclgrind 21.10 compiles the
- * vector-pointer store into a store of an undefined vector followed by its
- * elements and reports the first as an uninitialized write. */
+/* Stores four (STORE_WORDS4) or two (STORE_WORDS2) words w at piece i of p
+ * (aligned to the piece): one wide store on NVIDIA (vstoreN only promises
+ * element alignment, so it would be split). The emulated build uses vstoreN:
+ * Oclgrind 21.10 compiles the vector-pointer store into a store of an
+ * undefined vector followed by its elements and reports the first as an
+ * uninitialized write. */
 #if MMA_NV
-#define STORE_WORDS(N, w, i, p) (((__global uint##N *)(p))[i] = (w))
+#define STORE_WORDS4(w, i, p) (((__global word4_t *)(p))[i] = (w))
+#define STORE_WORDS2(w, i, p) (((__global word2_t *)(p))[i] = (w))
+#elif STORAGE == 0
+#define STORE_WORDS4(w, i, p) vstore8((w), (i), (__global float *)(p))
+#define STORE_WORDS2(w, i, p) vstore4((w), (i), (__global float *)(p))
 #else
-#define STORE_WORDS(N, w, i, p) vstore##N((w), (i), (__global uint *)(p))
+#define STORE_WORDS4(w, i, p) vstore4((w), (i), (__global uint *)(p))
+#define STORE_WORDS2(w, i, p) vstore2((w), (i), (__global uint *)(p))
 #endif
 
 #if STORAGE == 2
 #define MMA_AB "bf16"
 #elif STORAGE == 1
 #define MMA_AB "f16"
-#else
-#error "the warp kernels take f16 or bf16 storage"
+#elif STORAGE != 0
+#error "the warp kernels take f16, bf16, or f32 in the TF32 mode"
 #endif
 
 inline int lane_id(void) { return (int)get_local_id(0) & (WARP - 1); }
 
-/* The 16-bit value in half `hi` (0 or 1) of a packed register, as a float. */
-inline float h16_float(uint packed, int hi)
+/* Element `hi` (0 or 1) of a word, as a float. */
+inline float word_elem(word_t w, int hi)
 {
-    const uint h = hi ? packed >> 16 : packed & 0xffffu;
+#if STORAGE == 0
+    return hi ? w.y : w.x;
+#else
+    const uint h = hi ? w >> 16 : w & 0xffffu;
 #if STORAGE == 2
     return as_float(h << 16);
 #else
@@ -68,18 +99,63 @@ inline float h16_float(uint packed, int hi)
     if (e == 31) return as_float(sign | 0x7f800000u | (m << 13));
     return as_float(sign | ((e + 112u) << 23) | (m << 13));
 #endif
+#endif
 }
 
-/* Two 16-bit values from two packed registers: (half `hi` of x, same of y). */
-inline uint pick16(uint x, uint y, int hi)
+/* Two elements from two words: (element `hi` of x, same of y). */
+inline word_t pick_pair(word_t x, word_t y, int hi)
 {
+#if STORAGE == 0
+    return hi ? (float2)(x.y, y.y) : (float2)(x.x, y.x);
+#elif MMA_NV
+    /* one byte permute, where the shifts and masks below took two or three
+     * instructions (bytes 0-3: x, 4-7: y) */
+    uint r;
+    asm("prmt.b32 %0, %1, %2, %3;" : "=r"(r) : "r"(x), "r"(y), "r"(hi ? 0x7632 : 0x5410));
+    return r;
+#else
     return hi ? (x >> 16) | (y & 0xffff0000u) : (x & 0xffffu) | (y << 16);
+#endif
 }
 
 #if MMA_NV
 
+#if STORAGE == 0
+/* x rounded to TF32 (to nearest, ties away), as the mma operand bits. */
+inline uint tf32_bits(float x)
+{
+    uint r;
+    asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(r) : "f"(x));
+    return r;
+}
+
+/* c += A B for k indices 2t, 2t+1 of lane t (one 16x8x8 product). */
+inline void mma1688(float *c, float2 a0, float2 a1, float2 b)
+{
+    asm("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 "
+        "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(tf32_bits(a0.x)), "r"(tf32_bits(a1.x)), "r"(tf32_bits(a0.y)), "r"(tf32_bits(a1.y)),
+          "r"(tf32_bits(b.x)), "r"(tf32_bits(b.y)));
+}
+
 /* c += A B for one 16x8x16 product. */
-inline void mma16816(float *c, uint a0, uint a1, uint a2, uint a3, uint b0, uint b1, __local uint *ws)
+inline void mma16816(float *c, word_t a0, word_t a1, word_t a2, word_t a3, word_t b0, word_t b1, __local uint *ws)
+{
+    (void)ws;
+    mma1688(c, a0, a1, b0);
+    mma1688(c, a2, a3, b1);
+}
+
+/* Two floats as a word (the product rounds them). */
+inline word_t pack_f32x2(float lo, float hi, __local uint *ws)
+{
+    (void)ws;
+    return (float2)(lo, hi);
+}
+#else
+/* c += A B for one 16x8x16 product. */
+inline void mma16816(float *c, word_t a0, word_t a1, word_t a2, word_t a3, word_t b0, word_t b1, __local uint *ws)
 {
     (void)ws;
     asm("mma.sync.aligned.m16n8k16.row.col.f32." MMA_AB "." MMA_AB ".f32 "
@@ -89,19 +165,29 @@ inline void mma16816(float *c, uint a0, uint a1, uint a2, uint a3, uint b0, uint
 }
 
 /* Two floats rounded to the 16-bit type and packed (lo in the low half). */
-inline uint pack_f32x2(float lo, float hi, __local uint *ws)
+inline word_t pack_f32x2(float lo, float hi, __local uint *ws)
 {
     (void)ws;
     uint d;
     asm("cvt.rn." MMA_AB "x2.f32 %0, %1, %2;" : "=r"(d) : "f"(hi), "f"(lo));
     return d;
 }
+#endif
 
 inline float shfl_xor(float x, int mask, __local uint *ws)
 {
     (void)ws;
     float r;
     asm volatile("shfl.sync.bfly.b32 %0, %1, %2, 0x1f, 0xffffffff;" : "=f"(r) : "f"(x), "r"(mask));
+    return r;
+}
+
+/* Lane src's x. */
+inline float shfl_idx(float x, int src, __local uint *ws)
+{
+    (void)ws;
+    float r;
+    asm volatile("shfl.sync.idx.b32 %0, %1, %2, 0x1f, 0xffffffff;" : "=f"(r) : "f"(x), "r"(src));
     return r;
 }
 
@@ -175,23 +261,35 @@ inline void copy_async_wait(void) {}
 
 inline void copy_async_wait_prior(void) {}
 
-/* Element (r, k) of A or (k, n) of B from the registers the lanes posted. */
-inline float frag_a(__local const uint *ws, int r, int k)
+/* An operand value as the tensor cores take it: TF32 rounds to nearest,
+ * ties away (cvt.rna; the exponent carries on overflow of the mantissa). */
+inline float mma_operand(float x)
+{
+#if STORAGE == 0
+    const uint u = as_uint(x);
+    return (u & 0x7f800000u) == 0x7f800000u ? x : as_float((u + 0x1000u) & 0xffffe000u);
+#else
+    return x;
+#endif
+}
+
+/* Element (r, k) of A or (k, n) of B from the words the lanes posted. */
+inline float frag_a(__local const word_t *ws, int r, int k)
 {
     const int lane = (r & 7) * 4 + ((k & 7) >> 1), reg = (r >> 3) + ((k >> 3) << 1);
-    return h16_float(ws[lane * 6 + reg], k & 1);
+    return mma_operand(word_elem(ws[lane * 6 + reg], k & 1));
 }
 
-inline float frag_b(__local const uint *ws, int k, int n)
+inline float frag_b(__local const word_t *ws, int k, int n)
 {
     const int lane = n * 4 + ((k & 7) >> 1);
-    return h16_float(ws[lane * 6 + 4 + (k >> 3)], k & 1);
+    return mma_operand(word_elem(ws[lane * 6 + 4 + (k >> 3)], k & 1));
 }
 
-inline void mma16816(float *c, uint a0, uint a1, uint a2, uint a3, uint b0, uint b1, __local uint *ws)
+inline void mma16816(float *c, word_t a0, word_t a1, word_t a2, word_t a3, word_t b0, word_t b1, __local uint *ws)
 {
     const int lane = lane_id(), gq = lane >> 2, t = lane & 3;
-    __local uint *mine = ws + lane * 6;
+    __local word_t *all = (__local word_t *)ws, *mine = all + lane * 6;
     mine[0] = a0;
     mine[1] = a1;
     mine[2] = a2;
@@ -202,36 +300,40 @@ inline void mma16816(float *c, uint a0, uint a1, uint a2, uint a3, uint b0, uint
     for (int i = 0; i < 4; ++i) {
         const int r = gq + (i >> 1) * 8, n = 2 * t + (i & 1);
         float sum = c[i];
-        for (int k = 0; k < 16; ++k) sum = fma(frag_a(ws, r, k), frag_b(ws, k, n), sum);
+        for (int k = 0; k < 16; ++k) sum = fma(frag_a(all, r, k), frag_b(all, k, n), sum);
         c[i] = sum;
     }
     barrier(CLK_LOCAL_MEM_FENCE);
 }
 
-inline uint pack_f32x2(float lo, float hi, __local uint *ws)
+inline word_t pack_f32x2(float lo, float hi, __local uint *ws)
 {
-#if STORAGE == 2
+#if STORAGE == 0
+    (void)ws;
+    return (float2)(lo, hi);
+#elif STORAGE == 2
     (void)ws;
     return (uint)bf16_from_float(lo) | ((uint)bf16_from_float(hi) << 16);
 #else
     /* this lane's own word, past the mma operands: no other lane touches
      * it, so no barrier */
-    __local uint *word = ws + 6 * WARP + lane_id();
+    __local uint *word = ws + 6 * WARP * WORD_UINTS + lane_id();
     vstore_half_rte(lo, 0, (__local half *)word);
     vstore_half_rte(hi, 1, (__local half *)word);
     return *word;
 #endif
 }
 
-inline float shfl_xor(float x, int mask, __local uint *ws)
+inline float shfl_idx(float x, int src, __local uint *ws)
 {
-    const int lane = lane_id();
-    ws[lane] = as_uint(x);
+    ws[lane_id()] = as_uint(x);
     barrier(CLK_LOCAL_MEM_FENCE);
-    const float r = as_float(ws[lane ^ mask]);
+    const float r = as_float(ws[src]);
     barrier(CLK_LOCAL_MEM_FENCE);
     return r;
 }
+
+inline float shfl_xor(float x, int mask, __local uint *ws) { return shfl_idx(x, lane_id() ^ mask, ws); }
 
 inline uint ballot(int flag, __local uint *ws)
 {

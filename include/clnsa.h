@@ -116,7 +116,8 @@ typedef struct clnsa_context clnsa_context;
 typedef enum {
     /* $CLNSA_MMA when set ("0": portable, "emulate": emulated), else the
      * tensor cores where they apply: NVIDIA devices of compute capability 8.0
-     * or later, f16/bf16 storage, head dims multiples of 16 up to 128, and
+     * or later, f16/bf16 storage (f32 too with allow_tf32), head dims
+     * multiples of 16 up to 128, and
      * the tensors' rows 16-byte aligned with unit dim stride; the portable
      * kernels elsewhere. */
     CLNSA_MATRIX_AUTO = 0,
@@ -146,6 +147,17 @@ typedef struct clnsa_context_options {
     const char *cache_dir;
     /* The tensor-core path (see clnsa_matrix_path; 0 = AUTO). */
     clnsa_matrix_path matrix_path;
+    /* 1: f32 inputs may take the tensor-core path in the TF32 mode (0 = off,
+     * the exact FMA kernels; the CLNSA_TF32=1 environment variable also turns
+     * it on). Where that path applies (as for f16/bf16, see clnsa_matrix_path),
+     * every product's operands are rounded to TF32 (f32's range, a 10-bit
+     * mantissa, to nearest, ties away from zero: relative error up to 2^-11
+     * each) and accumulated in f32, the probabilities and dS too; inputs and
+     * outputs stay f32. Results then agree with the f32 reference to about
+     * 3e-4 relative L2 (tests check 2e-3 forward, 5e-3 gradients), as
+     * PyTorch's allow_tf32 does for matrix products; the selected blocks may
+     * differ from the exact path's where block scores nearly tie. */
+    int allow_tf32;
 } clnsa_context_options;
 
 /* Creates a context for one device of the caller's cl_context. The library

@@ -52,6 +52,7 @@ struct clnsa_context {
     program_stats stats;
     int blas_used; /* CLBlast was called for this context (atomic; see clnsa_context_destroy) */
     clnsa_matrix_path matrix_path; /* resolved: never AUTO when the environment said otherwise */
+    bool tf32; /* f32 calls may take the warp kernels in the TF32 mode (options.allow_tf32, $CLNSA_TF32) */
 };
 
 /* ----------------------------------------------------------------- device */
@@ -62,7 +63,8 @@ typedef enum { WARP_OFF, WARP_NV, WARP_EMULATED } warp_mode;
 
 /* The context's matrix path (clnsa_context_options.matrix_path, else
  * $CLNSA_MMA) applied to the device and a storage dtype; the op still checks
- * its shapes and alignment (the warp kernels take f16 / bf16 only). */
+ * its shapes and alignment (the warp kernels take f16 / bf16, and f32 in
+ * the TF32 mode when the context allows it). */
 warp_mode device_warp_mode(const clnsa_context *ctx, clnsa_dtype dtype);
 /* The mode narrowed to a call the warp kernels take: head dims multiples of
  * 16 up to 128, and the rows they read whole aligned (tensor_rows_aligned). */

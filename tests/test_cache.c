@@ -75,7 +75,7 @@ static int count_tmp(void)
 static double run_forward(clnsa_context *ctx)
 {
     nsa_case c = {"cache", 1, 40, 4, 2, 16, 16, NULL, 0, 8, 3, 8, 8, 5, 1, 2, true, true, true,
-                  false, false, false, false, false, CLNSA_DTYPE_F32};
+                  false, false, false, false, false, CLNSA_DTYPE_F32, false};
     test_env te = env;
     te.ctx = ctx;
     nsa_run r;

@@ -136,7 +136,7 @@ static void run_robust(const nsa_case *c, uint64_t seed, modifier mod, double sc
 /* name, B, T, HQ, H, DK, DV, cu, N, bs, S, l, d, w, init, local, cmp, slc, swa, given_idx, counts,
  * given_cmp, linear, pe, dtype */
 static const nsa_case all_branches = {"all branches", 1, 29, 4, 2, 16, 16, NULL, 0, 8, 3, 8, 8, 6, 1, 2,
-                                      true, true, true, false, false, false, false, false, F32};
+                                      true, true, true, false, false, false, false, false, F32, false};
 
 static void test_large_logits(void **state)
 {

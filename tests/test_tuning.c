@@ -201,7 +201,7 @@ static nsa_case tiny_case(void)
     /* name, B, T, HQ, H, DK, DV, cu, N, bs, S, l, d, w, init, local, cmp, slc, swa, given_idx, counts,
      * given_cmp, linear, pe, dtype */
     nsa_case c = {"tiny", 1, 45, 8, 2, 32, 32, NULL, 0, 16, 4, 16, 16, 8, 1, 2, true, true, true,
-                  false, false, false, false, false, CLNSA_DTYPE_F32};
+                  false, false, false, false, false, CLNSA_DTYPE_F32, false};
     return c;
 }
 

@@ -1,6 +1,7 @@
 /* test_warp.c: the tensor-core path's warp kernels (cl/warp_*.h) against the
  * double-precision reference, forward and backward, on shapes that take
- * that path (f16 / bf16, head dims multiples of 16): on NVIDIA's tensor
+ * that path (f16 / bf16, and f32 in the TF32 mode; head dims multiples of
+ * 16): on NVIDIA's tensor
  * cores where the device has them, emulated elsewhere (PoCL in CI), so the
  * same kernel source is checked on every device. Shapes are not multiples
  * of the key chunk, sequences of varlen batches are empty or shorter than a
@@ -38,25 +39,31 @@ static int teardown(void **state)
 
 #define BF16 CLNSA_DTYPE_BF16
 #define F16 CLNSA_DTYPE_F16
+#define F32 CLNSA_DTYPE_F32
 static const int cu_w[] = {0, 7, 7, 60, 100};
 
 /* name, B, T, HQ, H, DK, DV, cu, N, bs, S, l, d, w, init, local, cmp, slc, swa, given_idx, counts,
- * given_cmp, linear, pe, dtype */
+ * given_cmp, linear, pe, dtype, tf32 */
 static const nsa_case warp_cases[] = {
     /* the configuration of "warp tiny" (the same programs), more tokens */
-    {"warp G=16 all branches", 1, 45, 16, 1, 16, 16, NULL, 0, 16, 2, 8, 8, 8, 1, 2, true, true, true, false, false, false, false, false, BF16},
-    {"warp G=4 DK=32 DV=64 varlen overlap 16/8", 1, 100, 8, 2, 32, 64, cu_w, 4, 32, 3, 16, 8, 20, 1, 2, true, true, true, false, false, false, false, false, F16},
+    {"warp G=16 all branches", 1, 45, 16, 1, 16, 16, NULL, 0, 16, 2, 8, 8, 8, 1, 2, true, true, true, false, false, false, false, false, BF16, false},
+    {"warp G=4 DK=32 DV=64 varlen overlap 16/8", 1, 100, 8, 2, 32, 64, cu_w, 4, 32, 3, 16, 8, 20, 1, 2, true, true, true, false, false, false, false, false, F16, false},
+    /* f32 in the TF32 mode: 8-element rows of 32 bytes, two m16n8k8 per product */
+    {"warp TF32 G=4 DK=32 DV=64 varlen", 1, 100, 8, 2, 32, 64, cu_w, 4, 32, 3, 16, 8, 20, 1, 2, true, true, true, false, false, false, false, false, F32, true},
     /* rows of 64 and 128 elements: the swizzled local tiles of the dk/dv kernel (warp_attn.h's tile_col) */
-    {"warp DK=128 DV=64 swizzled tiles", 1, 40, 4, 2, 128, 64, NULL, 0, 16, 2, 8, 8, 8, 1, 2, true, true, true, false, false, false, false, false, BF16},
-    {"warp G=20 two head tiles", 1, 45, 20, 1, 32, 32, NULL, 0, 16, 4, 16, 16, 24, 1, 2, true, true, true, false, false, false, false, false, BF16},
-    {"warp DK=48 DV=16 given indices and counts", 2, 40, 8, 2, 48, 16, NULL, 0, 8, 5, 8, 8, 0, 1, 2, false, true, false, true, true, false, false, false, BF16},
-    {"warp given k_cmp v_cmp, G=2", 2, 50, 4, 2, 32, 32, NULL, 0, 16, 3, 16, 16, 0, 1, 2, true, true, false, false, false, true, false, false, F16},
-    {"warp linear compression", 1, 70, 16, 1, 32, 16, NULL, 0, 16, 3, 16, 16, 0, 1, 2, true, true, false, false, false, false, true, true, BF16},
+    {"warp DK=128 DV=64 swizzled tiles", 1, 40, 4, 2, 128, 64, NULL, 0, 16, 2, 8, 8, 8, 1, 2, true, true, true, false, false, false, false, false, BF16, false},
+    {"warp G=20 two head tiles", 1, 45, 20, 1, 32, 32, NULL, 0, 16, 4, 16, 16, 24, 1, 2, true, true, true, false, false, false, false, false, BF16, false},
+    {"warp DK=48 DV=16 given indices and counts", 2, 40, 8, 2, 48, 16, NULL, 0, 8, 5, 8, 8, 0, 1, 2, false, true, false, true, true, false, false, false, BF16, false},
+    {"warp given k_cmp v_cmp, G=2", 2, 50, 4, 2, 32, 32, NULL, 0, 16, 3, 16, 16, 0, 1, 2, true, true, false, false, false, true, false, false, F16, false},
+    {"warp linear compression", 1, 70, 16, 1, 32, 16, NULL, 0, 16, 3, 16, 16, 0, 1, 2, true, true, false, false, false, false, true, true, BF16, false},
     /* the configuration of the G=20 case: the same programs (PoCL compiles each in ~40 s) */
-    {"warp T=1", 1, 1, 20, 1, 32, 32, NULL, 0, 16, 4, 16, 16, 24, 1, 2, true, true, true, false, false, false, false, false, BF16},
-    {"warp paper setting 32/16/64, 16 blocks, window 128", 1, 200, 16, 1, 32, 32, NULL, 0, 64, 16, 32, 16, 128, 1, 2, true, true, true, false, false, false, false, false, BF16},
+    {"warp T=1", 1, 1, 20, 1, 32, 32, NULL, 0, 16, 4, 16, 16, 24, 1, 2, true, true, true, false, false, false, false, false, BF16, false},
+    {"warp paper setting 32/16/64, 16 blocks, window 128", 1, 200, 16, 1, 32, 32, NULL, 0, 64, 16, 32, 16, 128, 1, 2, true, true, true, false, false, false, false, false, BF16, false},
+    /* S > 32: the top-k keeps its list in local memory (nsa_topk_warp.h), the forward runs it
+     * as its own kernel; forward only (the backward reads the indices as for any S) */
+    {"warp S=40 list in local memory (forward)", 1, 200, 4, 2, 16, 16, NULL, 0, 4, 40, 4, 4, 0, 1, 2, true, true, false, false, false, false, false, false, BF16, false},
     /* small enough for Oclgrind (.ci/matrix.sh): every warp kernel, the split and heavy passes */
-    {"warp tiny", 1, 20, 16, 1, 16, 16, NULL, 0, 16, 2, 8, 8, 8, 1, 2, true, true, true, false, false, false, false, false, BF16},
+    {"warp tiny", 1, 20, 16, 1, 16, 16, NULL, 0, 16, 2, 8, 8, 8, 1, 2, true, true, true, false, false, false, false, false, BF16, false},
 };
 static const size_t warp_case_count = sizeof warp_cases / sizeof warp_cases[0];
 
@@ -77,6 +84,7 @@ static void test_forward(void **state)
     }
     assert_true(built("nsa_fwd_warp.cl"));
     assert_true(built("nsa_topk_warp.cl"));
+    assert_true(built("#define FUSED_TOPK 1\n")); /* the forward that runs the top-k itself (G <= 16) */
 }
 
 /* Mesa (rusticl): the library refuses the emulated backward, whose dk/dv
@@ -97,7 +105,7 @@ static void test_backward(void **state)
     (void)state;
     for (size_t i = 0; i < warp_case_count; ++i) {
         const nsa_case *c = &warp_cases[i];
-        if (!nsa_case_selected(c->name)) continue;
+        if (!nsa_case_selected(c->name) || strstr(c->name, "(forward)")) continue;
         nsa_run r;
         nsa_run_setup(&env, &r, c, 900 + i);
         if (i % 2 == 1) nsa_run_save_branches(&env, &r); /* the backward's prologue reads them */

@@ -71,17 +71,18 @@ void test_env_open(test_env *env)
 const char *test_env_use_warp_path(test_env *env)
 {
     const clnsa_device_info *info = clnsa_context_device_info(env->ctx);
-    if (info->vendor == CLNSA_VENDOR_NVIDIA && info->nv_compute_major >= 8) return "NVIDIA tensor cores";
+    const bool nv = info->vendor == CLNSA_VENDOR_NVIDIA && info->nv_compute_major >= 8;
     clnsa_context_destroy(env->ctx);
     clnsa_context_options o = {0};
-    o.matrix_path = CLNSA_MATRIX_EMULATED;
+    o.matrix_path = nv ? CLNSA_MATRIX_AUTO : CLNSA_MATRIX_EMULATED;
+    o.allow_tf32 = 1;
     char msg[512];
     clnsa_status st = clnsa_context_create(env->cl, env->device, &o, &env->ctx, msg, sizeof msg);
     if (st != CLNSA_SUCCESS) {
         fprintf(stderr, "clnsa_context_create: %s: %s\n", clnsa_status_string(st), msg);
         exit(1);
     }
-    return "emulated";
+    return nv ? "NVIDIA tensor cores" : "emulated";
 }
 
 void test_env_close(test_env *env)
@@ -267,4 +268,11 @@ void wait_release(cl_event ev)
     assert_non_null(ev);
     assert_int_equal(clWaitForEvents(1, &ev), CL_SUCCESS);
     clReleaseEvent(ev);
+}
+
+void check_err(const char *what, const char *name, double e, double t)
+{
+    if (getenv("CLNSA_TEST_VERBOSE")) printf("  %s: %s rel L2 %.3g\n", name, what, e);
+    if (!(e <= t)) print_error("%s: %s rel L2 %.3g > %.3g\n", name, what, e, t);
+    assert_true(e <= t);
 }

@@ -24,7 +24,8 @@ void test_env_open(test_env *env);
 void test_env_close(test_env *env);
 /* Re-creates env's clnsa context so that the tensor-core path's warp
  * kernels run: on NVIDIA's tensor cores where the device has them (compute
- * capability 8.0+), else emulated (CLNSA_MATRIX_EMULATED). Returns which. */
+ * capability 8.0+), else emulated (CLNSA_MATRIX_EMULATED); f32 calls take
+ * them in the TF32 mode (allow_tf32). Returns which. */
 const char *test_env_use_warp_path(test_env *env);
 
 /* A test executable whose tests share one device: defines `env` and the
@@ -68,6 +69,9 @@ double rel_l2(const double *x, const double *ref, size_t n);
 double rel_l2_floor(const double *x, const double *ref, size_t n, double floor_rms);
 /* Same, with -inf entries required to match exactly and skipped otherwise. */
 double rel_l2_lse(const double *x, const double *ref, size_t n);
+/* Asserts e <= t (NaN fails), printing "name: what rel L2 e" on failure,
+ * and always when CLNSA_TEST_VERBOSE is set. */
+void check_err(const char *what, const char *name, double e, double t);
 
 /* Asserts st is CLNSA_SUCCESS, printing `what` and the context's last error
  * otherwise. */

@@ -399,7 +399,8 @@ static void write_json(const char *path, const cli_env *env, const bench_opts *o
     const warp_mode wm = device_warp_mode(env->ctx, dt);
     fprintf(f, "{\n  \"device\": \"%s\", \"platform\": \"%s\", \"driver\": \"%s\", \"clnsa\": \"%s\", \"path\": \"%s\",\n",
             di->name, di->platform_name, di->driver_version, clnsa_version(),
-            wm == WARP_NV ? "tensor cores" : wm == WARP_EMULATED ? "emulated" : "portable");
+            wm == WARP_OFF ? "portable" : dt == CLNSA_DTYPE_F32 ? (wm == WARP_NV ? "tensor cores, TF32" : "emulated, TF32")
+            : wm == WARP_NV ? "tensor cores" : "emulated");
     fprintf(f, "  \"config\": {\"dtype\": \"%s\", \"B\": 1, \"HQ\": %d, \"H\": %d, \"D\": %d, \"block\": %d, \"S\": %d, "
                "\"window\": %d, \"repeat\": %d},\n",
             clnsa_dtype_name(dt), o->HQ, o->H, o->D, o->block, o->S, o->window, o->repeat);

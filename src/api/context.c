@@ -49,6 +49,11 @@ clnsa_status clnsa_context_create(cl_context cl_ctx, cl_device_id device,
                  (int)options->matrix_path);
         return create_fail(msg, msg_size, CLNSA_ERROR_INVALID_ARGUMENT, text);
     }
+    if (options && options->allow_tf32 != 0 && options->allow_tf32 != 1) {
+        char text[96];
+        snprintf(text, sizeof text, "options.allow_tf32: expected 0 or 1, got %d", options->allow_tf32);
+        return create_fail(msg, msg_size, CLNSA_ERROR_INVALID_ARGUMENT, text);
+    }
     clnsa_context *ctx = calloc(1, sizeof *ctx);
     if (!ctx) return create_fail(msg, msg_size, CLNSA_ERROR_OUT_OF_HOST_MEMORY, "out of host memory");
     clnsa_status st = clnsa_probe_device(device, &ctx->info);
@@ -80,6 +85,8 @@ clnsa_status clnsa_context_create(cl_context cl_ctx, cl_device_id device,
     if (ctx->matrix_path == CLNSA_MATRIX_AUTO && mma)
         ctx->matrix_path = strcmp(mma, "0") == 0 ? CLNSA_MATRIX_PORTABLE
                            : strcmp(mma, "emulate") == 0 ? CLNSA_MATRIX_EMULATED : CLNSA_MATRIX_AUTO;
+    const char *tf32 = getenv("CLNSA_TF32");
+    ctx->tf32 = (options && options->allow_tf32) || (tf32 && strcmp(tf32, "1") == 0);
     pthread_mutex_init(&ctx->lock, NULL);
     pthread_cond_init(&ctx->built, NULL);
     clRetainContext(cl_ctx);

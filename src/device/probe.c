@@ -150,7 +150,8 @@ const clnsa_device_info *clnsa_context_device_info(const clnsa_context *ctx)
 
 warp_mode device_warp_mode(const clnsa_context *ctx, clnsa_dtype dtype)
 {
-    if (dtype != CLNSA_DTYPE_F16 && dtype != CLNSA_DTYPE_BF16) return WARP_OFF;
+    const bool tf32 = dtype == CLNSA_DTYPE_F32 && ctx->tf32;
+    if (dtype != CLNSA_DTYPE_F16 && dtype != CLNSA_DTYPE_BF16 && !tf32) return WARP_OFF;
     switch (ctx->matrix_path) {
     case CLNSA_MATRIX_PORTABLE: return WARP_OFF;
     case CLNSA_MATRIX_EMULATED: return WARP_EMULATED;

@@ -229,7 +229,7 @@ size_t bs_rule_defines(const bs_problem *pb, char *buf, size_t size)
 size_t bs_warp_defines(const bs_problem *pb, warp_mode warp, size_t wg, int kc, bool bwd, char *buf, size_t size)
 {
     int krow, vrow;
-    tune_warp_rows(pb->D, pb->DV, bwd, &krow, &vrow);
+    tune_warp_rows(pb->D, pb->DV, pb->dtype == CLNSA_DTYPE_F32 ? 4 : 2, bwd, &krow, &vrow);
     const size_t n = bs_rule_defines(pb, buf, size);
     snprintf(buf + n, size - n,
              "#define NW %zu\n#define KC %d\n#define DK %d\n#define DV %d\n#define KROW %d\n#define VROW %d\n"

@@ -19,6 +19,11 @@ typedef struct {
     int nc_rows; /* rows of the compressed tensors per batch row */
     bool saved_branches; /* backward: the forward saved every branch's output (o_cmp ...) */
     warp_mode warp; /* the tensor-core path's warp kernels, or WARP_OFF (nsa_validate) */
+    /* forward: the warp kernel runs the top-k itself (nsa_fwd_warp.cl's
+     * FUSED_TOPK) with top-k chunks of topk_jb blocks, topk_pc_max floats */
+    bool fused_topk;
+    int topk_jb;
+    int64_t topk_pc_max;
 } nsa_problem;
 
 /* Where the forward's scratch lives inside the caller's workspace (bytes). */

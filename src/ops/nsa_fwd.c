@@ -9,9 +9,12 @@
 #include <string.h>
 
 static const char *const topk_files[] = {"common.h", "nsa_ranges.h", "nsa_topk.cl", NULL};
-static const char *const topk_warp_files[] = {"common.h", "warp_mma.h", "warp_attn.h", "nsa_ranges.h", "nsa_topk_warp.cl", NULL};
+static const char *const topk_warp_files[] = {"common.h",     "warp_mma.h",       "warp_attn.h",
+                                              "nsa_ranges.h", "nsa_topk_warp.h", "nsa_topk_warp.cl", NULL};
 const char *const nsa_fwd_files[] = {"common.h", "attn_tile.h", "nsa_ranges.h", "nsa_fwd.cl", NULL};
 static const char *const fwd_warp_files[] = {"common.h", "warp_mma.h", "warp_attn.h", "nsa_ranges.h", "nsa_fwd_warp.cl", NULL};
+static const char *const fused_fwd_warp_files[] = {"common.h",     "warp_mma.h",      "warp_attn.h",
+                                                   "nsa_ranges.h", "nsa_topk_warp.h", "nsa_fwd_warp.cl", NULL};
 static const char *const dq_warp_files[] = {"common.h", "warp_mma.h", "warp_attn.h", "nsa_ranges.h", "nsa_bwd_dq_warp.cl", NULL};
 
 static size_t append(char *buf, size_t size, size_t n, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
@@ -43,6 +46,30 @@ static void warp_defines(const nsa_problem *pb, const warp_params *wp, char *buf
 {
     append(buf, size, strlen(buf), "#define NW %zu\n#define NGT %d\n#define KC %d\n#define MMA_NV %d\n", wp->wg / 32,
            (pb->G + 15) / 16, wp->kc, pb->warp == WARP_NV ? 1 : 0);
+}
+
+/* Whether the forward's warp kernel runs the top-k itself (FUSED_TOPK in
+ * nsa_fwd_warp.cl): the compressed branch is on (its log-sum-exp is the
+ * top-k's first pass), one head tile (G <= 16), a list in registers
+ * (S <= 32), and the top-k's scores fit in local memory beside the
+ * forward's (chunks of the top-k family's JB blocks). CLNSA_FUSED_TOPK=0
+ * keeps the separate kernel (for comparisons). */
+static void choose_fused_topk(clnsa_context *ctx, nsa_problem *pb)
+{
+    pb->fused_topk = false;
+    if (pb->warp == WARP_OFF || !pb->run_topk || !pb->has_cmp || pb->G > 16 || pb->S > 32 ||
+        cx_env_int("CLNSA_FUSED_TOPK", 1) == 0)
+        return;
+    const tune_problem tpb = nsa_tune_problem(pb);
+    warp_params fwd, topk;
+    if (tune_nsa_warp(ctx, TF_NSA_FWD_WARP, &tpb, &fwd) != CLNSA_SUCCESS ||
+        tune_nsa_warp(ctx, TF_NSA_TOPK_WARP, &tpb, &topk) != CLNSA_SUCCESS)
+        return;
+    const size_t bytes = fwd.local_bytes + fwd.wg / 32 * sizeof(float) * (size_t)topk.pc_max;
+    if (bytes > ctx->info.local_mem_size) return;
+    pb->fused_topk = true;
+    pb->topk_jb = topk.jb;
+    pb->topk_pc_max = topk.pc_max;
 }
 
 static clnsa_status plan_topk(clnsa_context *ctx, op_plan *p, const nsa_problem *pb, const clnsa_nsa_inputs *in,
@@ -106,7 +133,11 @@ clnsa_status nsa_plan_query_kernel(clnsa_context *ctx, op_plan *p, const nsa_pro
         warp_defines(pb, &wp, defines, sizeof defines);
         append(defines, sizeof defines, strlen(defines), "#define BWD_PRE %d\n#define OUT_VEC %d\n#define SAVE_VEC %d\n",
                kind == ATTN_BWD_PRE, stored && tensor_rows_aligned(stored), saves_aligned);
-        files = kind == ATTN_DQ ? dq_warp_files : fwd_warp_files;
+        const bool fused = kind == ATTN_FWD && pb->fused_topk;
+        if (fused)
+            append(defines, sizeof defines, strlen(defines), "#define FUSED_TOPK 1\n#define JB %d\n#define PC_MAX %lld\n",
+                   pb->topk_jb, (long long)pb->topk_pc_max);
+        files = kind == ATTN_DQ ? dq_warp_files : fused ? fused_fwd_warp_files : fwd_warp_files;
         wg = wp.wg;
         g[0] = 32 * (size_t)pb->T * (size_t)((pb->G + 15) / 16);
     } else {
@@ -204,8 +235,9 @@ clnsa_status clnsa_nsa_forward(clnsa_context *ctx, cl_command_queue queue, const
     clnsa_tensor kc = {0}, vc = {0};
     if (pb.need_cmp) nsa_cmp_views(&pb, in, workspace, &lay, &kc, &vc);
     op_plan plan = {0};
+    choose_fused_topk(ctx, &pb);
     st = nsa_plan_compress(ctx, &plan, &pb, in, workspace, &lay);
-    if (st == CLNSA_SUCCESS && pb.run_topk) st = plan_topk(ctx, &plan, &pb, in, out, &kc, workspace, &lay);
+    if (st == CLNSA_SUCCESS && pb.run_topk && !pb.fused_topk) st = plan_topk(ctx, &plan, &pb, in, out, &kc, workspace, &lay);
     if (st == CLNSA_SUCCESS) st = plan_attn(ctx, &plan, &pb, in, out, &kc, &vc, workspace, &lay);
     return plan_run(ctx, &plan, st, queue, nwait, wait, event);
 }

@@ -67,10 +67,17 @@ static size_t bs_bwd_bytes(const int *v, const tune_problem *pb)
            sizeof(int) * 2u * (bq + bk);
 }
 
-/* Warp kernels: per warp its scratch (WARP_SCRATCH words: 7 * 32 when
- * emulated, else 1) and, in the forward, its output slice of 16 x DV floats;
- * in the top-k its list (tv, ti[S]), pc[PC_MAX] and bsc[JB]. */
-static size_t warp_scratch_bytes(const tune_problem *pb) { return sizeof(cl_uint) * (pb->warp_emulated ? 7u * 32u : 1u); }
+/* Warp kernels: per warp its scratch (WARP_SCRATCH words: (6 * words of
+ * a fragment word + 1) * 32 when emulated, else 1) and, in the forward, its
+ * output slice of 16 x DV floats; in the top-k pc[PC_MAX] and, for S > 32,
+ * its list (tv, ti[S]; in registers otherwise). Staged rows hold elements of the storage type:
+ * 2 bytes, or 4 for f32 (the TF32 mode). */
+static size_t warp_elem_bytes(const tune_problem *pb) { return pb->dtype == CLNSA_DTYPE_F32 ? 4u : 2u; }
+
+static size_t warp_scratch_bytes(const tune_problem *pb)
+{
+    return sizeof(cl_uint) * (pb->warp_emulated ? (6u * warp_elem_bytes(pb) / 2u + 1u) * 32u : 1u);
+}
 
 static size_t fwd_warp_bytes(const int *v, const tune_problem *pb)
 {
@@ -86,40 +93,45 @@ static size_t dkdv_warp_bytes(const int *v, const tune_problem *pb)
 {
     const size_t kc = (size_t)v[1], qrow = (size_t)pb->dk + (pb->dk % 64 ? 8u : 0u),
                  drow = (size_t)pb->dv + (pb->dv % 64 ? 8u : 0u);
-    return (size_t)(v[0] / 32) * warp_scratch_bytes(pb) + 2u * kc * (2u * (qrow + drow) + 12u) + 3u * kc * 4u;
+    return (size_t)(v[0] / 32) * warp_scratch_bytes(pb) + 2u * kc * (warp_elem_bytes(pb) * (qrow + drow) + 12u) +
+           3u * kc * 4u;
 }
 
 static size_t topk_warp_bytes(const int *v, const tune_problem *pb)
 {
-    return (size_t)(v[0] / 32) *
-           (warp_scratch_bytes(pb) + sizeof(float) * (2u * (size_t)pb->S + (size_t)topk_pc_max(v[2], pb) + (size_t)v[2]));
+    const size_t list = pb->S > 32 ? 2u * (size_t)pb->S : 0u; /* in registers up to 32 entries */
+    return (size_t)(v[0] / 32) * (warp_scratch_bytes(pb) + sizeof(float) * (list + (size_t)topk_pc_max(v[2], pb)));
 }
 
-/* Element strides of the staged rows. A tile read both ways (as K or Q in a
- * backward: lds_products and lds_accumulate) is unpadded where its rows are
- * a multiple of 64 elements, which the kernels take as the sign to swizzle
- * it (warp_attn.h's tile_col): both reads are then free of bank conflicts.
- * Otherwise rows are padded for the way each tile is read most, and not
- * swizzled: a K row is read by 8 lanes at once (two rows, 16 bytes each
- * from 4 lanes): rows 16 words apart modulo 32 banks fall in disjoint banks;
- * a V row: 4 rows 2 apart at once; 4 words modulo 16 leaves 2-way
- * conflicts, the fewest 16-byte rows allow. */
-void tune_warp_rows(int dk, int dv, bool both_ways, int *krow, int *vrow)
+/* Element strides of the staged rows (multiples of 8 elements: the kernels
+ * read whole chunks of 8). A tile read both ways (as K or Q in a backward:
+ * lds_products and lds_accumulate) is unpadded where its rows are a
+ * multiple of 64 elements, which the kernels take as the sign to swizzle it
+ * (warp_attn.h's tile_col): both reads are then free of bank conflicts
+ * (16-bit elements). Otherwise rows are padded for the way each tile is
+ * read most, and not swizzled: a K row is read by 8 lanes at once (two
+ * rows, 16 bytes each from 4 lanes): rows 16 words apart modulo 32 banks
+ * fall in disjoint banks; a V row: 4 rows 2 apart at once; 4 words modulo
+ * 16 leaves 2-way conflicts, the fewest 16-byte rows allow (8 words for
+ * 4-byte elements, whose chunks are 32 bytes). */
+void tune_warp_rows(int dk, int dv, int elem_bytes, bool both_ways, int *krow, int *vrow)
 {
-    *krow = both_ways && dk % 64 == 0 ? dk : dk + 2 * ((16 - (dk / 2) % 32 + 32) % 32);
-    *vrow = both_ways && dv % 64 == 0 ? dv : dv + 2 * ((4 - (dv / 2) % 16 + 16) % 16);
+    const int epw = 4 / elem_bytes;                  /* elements per 4-byte word */
+    const int kw = dk / epw, vw = dv / epw, vpad = elem_bytes == 4 ? 8 : 4;
+    *krow = both_ways && dk % 64 == 0 ? dk : dk + epw * ((16 - kw % 32 + 32) % 32);
+    *vrow = both_ways && dv % 64 == 0 ? dv : dv + epw * ((vpad - vw % 16 + 16) % 16);
 }
 
 int tune_bs_bwd_warp_kc(size_t wg, bool dkdv) { return dkdv || wg / 2 < 32 ? 16 : 32; }
 
 /* The block-sparse warp forward: per warp its scratch; two buffers of the
- * staged K and V tiles (16-bit elements) and the tiles' key positions and
- * segment ids. */
+ * staged K and V tiles and the tiles' key positions and segment ids. */
 static size_t bs_fwd_warp_bytes(const int *v, const tune_problem *pb)
 {
     int krow, vrow;
-    tune_warp_rows(pb->dk, pb->dv, false, &krow, &vrow);
-    return (size_t)(v[0] / 32) * warp_scratch_bytes(pb) + 2u * (size_t)v[1] * (2u * (size_t)(krow + vrow) + 2u * sizeof(int));
+    tune_warp_rows(pb->dk, pb->dv, (int)warp_elem_bytes(pb), false, &krow, &vrow);
+    return (size_t)(v[0] / 32) * warp_scratch_bytes(pb) +
+           2u * (size_t)v[1] * (warp_elem_bytes(pb) * (size_t)(krow + vrow) + 2u * sizeof(int));
 }
 
 /* The block-sparse warp backward: per warp its scratch; two chunks of KC
@@ -128,9 +140,10 @@ static size_t bs_fwd_warp_bytes(const int *v, const tune_problem *pb)
 static size_t bs_bwd_warp_bytes(const int *v, const tune_problem *pb)
 {
     int krow, vrow;
-    tune_warp_rows(pb->dk, pb->dv, true, &krow, &vrow);
+    tune_warp_rows(pb->dk, pb->dv, (int)warp_elem_bytes(pb), true, &krow, &vrow);
     const size_t kc = (size_t)tune_bs_bwd_warp_kc((size_t)v[0], false); /* the larger */
-    return (size_t)(v[0] / 32) * warp_scratch_bytes(pb) + 2u * kc * (2u * (size_t)(krow + vrow) + 4u * sizeof(int));
+    return (size_t)(v[0] / 32) * warp_scratch_bytes(pb) +
+           2u * kc * (warp_elem_bytes(pb) * (size_t)(krow + vrow) + 4u * sizeof(int));
 }
 
 /* ------------------------------------------------------ safe defaults */

@@ -235,10 +235,11 @@ typedef struct {
 clnsa_status tune_nsa_topk(clnsa_context *ctx, const tune_problem *pb, topk_params *p);
 
 /* The row strides (elements) of the warp kernels' staged key and value
- * tiles (KROW, VROW): 16-byte rows placed against local-memory bank
- * conflicts; both_ways: each tile is read both as products' B operand and
- * as accumulations' (the backward), unpadded rows then being swizzled. */
-void tune_warp_rows(int dk, int dv, bool both_ways, int *krow, int *vrow);
+ * tiles (KROW, VROW) for elements of elem_bytes (2, or 4 in the TF32 mode):
+ * rows placed against local-memory bank conflicts; both_ways: each tile is
+ * read both as products' B operand and as accumulations' (the backward),
+ * unpadded rows then being swizzled. */
+void tune_warp_rows(int dk, int dv, int elem_bytes, bool both_ways, int *krow, int *vrow);
 
 /* Rows per staged chunk of blocksparse_bwd_warp.cl (its KC): dk/dv 16 (its
  * registers), dq 32 where the tiles' wg/2 tokens hold that many, else 16. */

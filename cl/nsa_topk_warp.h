@@ -1,0 +1,211 @@
+/*
+ * nsa_topk_warp.h: the online top-k of the tensor-core path, shared by its
+ * kernel (nsa_topk_warp.cl) and the NSA forward that runs it between its
+ * compressed and selected branches (nsa_fwd_warp.cl, FUSED_TOPK): a warp
+ * per token and KV group, its G heads in tiles of 16 rows (warp_attn.h).
+ * The log-sum-exp of each head over the visible compressed keys comes from
+ * pass 1 (topk_lse) or the compressed branch; pass 2 (topk_select) walks
+ * the selection blocks in chunks of JB, sums each compressed key's
+ * probability over the G heads (a column sum of the score fragments),
+ * scores the blocks by the overlap rule and merges them into the warp's
+ * top-S list 32 at a time: the lanes test their blocks against the list's
+ * last entry at once, and only the blocks that pass are inserted, in block
+ * order. No score reaches global memory.
+ *
+ * The list (topk_list) lives in registers, entry i in lane i, when S <= 32:
+ * an insertion is a ballot for its position and a shuffle of the entries
+ * after it, where a list in local memory took one lane a loop of dependent
+ * loads and stores. Larger S keep the list in local memory (topk_insert,
+ * nsa_ranges.h).
+ *
+ * Defines: G, NGT = ceil(G/16), DK, KC, BS, S, CMP_L, CMP_D, INIT_BLOCKS,
+ * LOCAL_BLOCKS, JB, PC_MAX, HAS_COUNTS.
+ */
+
+#define LIST_IN_REGISTERS (S <= WARP)
+
+/* The warp's top-S list, sorted by score (best first; equal scores keep the
+ * lower block first); -inf / -1 entries are unfilled. */
+typedef struct {
+#if LIST_IN_REGISTERS
+    float v; /* lane i: entry i (lanes past S: unused) */
+    int j;
+#else
+    __local float *tv;
+    __local int *ti;
+#endif
+} topk_list;
+
+/* Declares the warp's list L, empty, at kernel scope (where S > 32 needs
+ * its local arrays, NW lists). */
+#if LIST_IN_REGISTERS
+#define TOPK_LIST(L) topk_list L = {-INFINITY, -1}
+#else
+#define TOPK_LIST(L)                          \
+    __local float L##_tv[NW * S];             \
+    __local int L##_ti[NW * S];               \
+    topk_list L = list_in_local(L##_tv, L##_ti)
+
+/* The warp's list in the work-group's arrays, emptied. */
+inline topk_list list_in_local(__local float *tv_all, __local int *ti_all)
+{
+    const int warp = get_local_id(0) / WARP;
+    topk_list L = {tv_all + warp * S, ti_all + warp * S};
+    for (int i = lane_id(); i < S; i += WARP) {
+        L.tv[i] = -INFINITY;
+        L.ti[i] = -1;
+    }
+    return L;
+}
+#endif
+
+/* The list's last entry's score, on every lane. */
+inline float list_last(const topk_list *L, __local uint *ws)
+{
+#if LIST_IN_REGISTERS
+    return shfl_idx(L->v, S - 1, ws);
+#else
+    (void)ws;
+    return L->tv[S - 1];
+#endif
+}
+
+/* Inserts (score, j), the same on every lane, unless it is not better than
+ * the last entry (topk_insert's rule). */
+inline void list_insert(topk_list *L, float score, int j, __local uint *ws)
+{
+    const int lane = lane_id();
+#if LIST_IN_REGISTERS
+    /* the entries that stay ahead form a prefix: at least as good; pos = S
+     * changes nothing (no early return: PoCL hangs on a return that skips
+     * the emulated shuffles' barriers, even when the whole warp takes it) */
+    const int pos = popcount(ballot(lane < S && !(score > L->v), ws));
+    const int prev = max(lane - 1, 0);
+    const float v_prev = shfl_idx(L->v, prev, ws);
+    const int j_prev = as_int(shfl_idx(as_float(L->j), prev, ws));
+    if (lane >= pos) {
+        L->v = lane == pos ? score : v_prev;
+        L->j = lane == pos ? j : j_prev;
+    }
+#else
+    if (lane == 0) topk_insert(L->tv, L->ti, score, j);
+    warp_sync(ws);
+#endif
+}
+
+/* The block of slot s (-1: none), on every lane: slots past the row's
+ * block_counts are empty, as list_store writes them. */
+inline int list_block(const topk_list *L, int s, __local uint *ws)
+{
+#if LIST_IN_REGISTERS
+    return as_int(shfl_idx(as_float(L->v > -INFINITY ? L->j : -1), s, ws));
+#else
+    (void)ws;
+    return L->tv[s] > -INFINITY ? L->ti[s] : -1;
+#endif
+}
+
+/* topk_store for the list. */
+inline void list_store(const topk_list *L, __global const int *bcnt, idx_t cnt_at, __global int *bidx, idx_t row,
+                       idx_t slot_stride)
+{
+    const int lane = lane_id();
+#if LIST_IN_REGISTERS
+    const int nsel = topk_nsel(bcnt, cnt_at);
+    if (lane < S) bidx[row + (idx_t)lane * slot_stride] = lane < nsel && L->v > -INFINITY ? L->j : -1;
+#else
+    topk_store(L->tv, L->ti, bcnt, cnt_at, bidx, row, slot_stride, lane, WARP);
+#endif
+}
+
+/* The query fragments of head tile `tile` of a token's G heads (head g at
+ * qh + g*hs; rows past G are zero). */
+inline void topk_queries(__global const store_t *qh, idx_t hs, int tile, word_t *qa)
+{
+    const int r0 = tile * 16 + (lane_id() >> 2);
+    load_afrag(qh + (idx_t)r0 * hs, r0 < G, qh + (idx_t)(r0 + 8) * hs, r0 + 8 < G, DK, qa);
+}
+
+/* Pass 1: lse2 (log2 units) of the tile's rows over n keys; -inf for a row
+ * past G or one that sees nothing. */
+inline void topk_lse(const word_t *qa, int tile, __global const store_t *k, idx_t k_rs, int n, float sl2, float *lse2,
+                     __local uint *ws)
+{
+    float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f}, s[KC / 2], mx[2], alpha[2];
+    for (int c0 = 0; c0 < n; c0 += KC) {
+        const int hi = min(KC, n - c0);
+        warp_scores(s, qa, k + (idx_t)c0 * k_rs, k_rs, 0, hi, ws);
+        warp_mask(s, sl2, 0, hi, 0, hi, mx);
+        warp_softmax(s, mx, m, l, alpha, ws);
+    }
+    const int gq = lane_id() >> 2;
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+        const float lt = quad_sum(l[r], ws);
+        lse2[r] = lt > 0.0f && tile * 16 + gq + 8 * r < G ? m[r] + log2(lt) : -INFINITY;
+    }
+}
+
+/* Adds to colp[2*nb + e] the probabilities of the lane's two rows in
+ * column 8*nb + 2t + e of the chunk's scores s (log2 units, masked). */
+inline void topk_add_probs(const float *s, const float *lse2, float *colp)
+{
+#pragma unroll
+    for (int nb = 0; nb < KC / 8; ++nb)
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+            const float p0 = lse2[0] == -INFINITY ? 0.0f : exp2(s[4 * nb + e] - lse2[0]);
+            const float p1 = lse2[1] == -INFINITY ? 0.0f : exp2(s[4 * nb + 2 + e] - lse2[1]);
+            colp[2 * nb + e] += p0 + p1;
+        }
+}
+
+/* Pass 2: scores the selection blocks 0 .. ncand-1 (cur: the query's own
+ * block) JB at a time from the probabilities of the compressed keys they
+ * overlap (kb: the first visible one, row stride k_rs; nvis visible),
+ * summed over the G heads (query tiles from qh, head stride hs; qa holds
+ * tile 0 on entry; lse2: two rows' log-sum-exp per tile, log2 units), and
+ * merges them into the list. pc: the warp's PC_MAX floats. */
+inline void topk_select(word_t *qa, __global const store_t *qh, idx_t hs, const float *lse2,
+                        __global const store_t *kb, idx_t k_rs, int nvis, int cur, int ncand, float sl2,
+                        __local float *pc, topk_list *list, __local uint *ws)
+{
+    const int lane = lane_id(), gq = lane >> 2, tq = lane & 3;
+    for (int j0 = 0; j0 < ncand; j0 += JB) {
+        const int nj = min(JB, ncand - j0);
+        const int2 pr = cmp_keys_of_blocks(j0, j0 + nj, nvis);
+        const int i_lo = pr.x, npc = pr.y - pr.x;
+        for (int k0 = 0; k0 < npc; k0 += KC) {
+            const int hi = min(KC, npc - k0);
+            float colp[KC / 4], s[KC / 2], mx[2];
+            for (int i = 0; i < KC / 4; ++i) colp[i] = 0.0f;
+            for (int tile = 0; tile < NGT; ++tile) {
+                if (NGT > 1) topk_queries(qh, hs, tile, qa);
+                warp_scores(s, qa, kb + (idx_t)(i_lo + k0) * k_rs, k_rs, 0, hi, ws);
+                warp_mask(s, sl2, 0, hi, 0, hi, mx);
+                topk_add_probs(s, lse2 + 2 * tile, colp);
+            }
+#pragma unroll
+            for (int nb = 0; nb < KC / 8; ++nb)
+#pragma unroll
+                for (int e = 0; e < 2; ++e) {
+                    const float p = column_sum(colp[2 * nb + e], ws);
+                    const int c = 8 * nb + 2 * tq + e;
+                    if (gq == 0 && c < hi) pc[k0 + c] = p;
+                }
+        }
+        warp_sync(ws);
+        /* Only blocks better than the list's last entry can enter it. */
+        float last = list_last(list, ws);
+        for (int base = 0; base < nj; base += WARP) {
+            const int jj = base + lane;
+            const float sc = jj < nj ? block_score(pc, i_lo, pr.y, j0 + jj, cur) : -INFINITY;
+            for (uint bits = ballot(jj < nj && sc > last, ws); bits; bits &= bits - 1) {
+                const int i = (int)(31 - clz(bits & (0u - bits)));
+                list_insert(list, shfl_idx(sc, i, ws), j0 + base + i, ws);
+            }
+            last = list_last(list, ws);
+        }
+        warp_sync(ws); /* pc is read; the next chunk writes it */
+    }
+}

@@ -11,8 +11,8 @@
  * (nsa_topk_warp.h): the compressed branch's row statistics are the top-k's
  * pass 1, so only pass 2 is left, on the queries already in registers; the
  * selection is written to bidx (block_indices) and read from the list's
- * registers. At 64k on the H200 the separate top-k kernel took 9.5 ms, 2.7
- * of them its pass 1.
+ * registers. At 64k on the H200 (anchor configuration) this forward takes
+ * 27.1 ms where the separate top-k kernel and the forward took 7.1 + 24.0.
  *
  * Defines (besides common.h, warp_mma.h, warp_attn.h, nsa_ranges.h): G,
  * NGT = ceil(G/16) head tiles, NW warps per work-group, HAS_CMP, HAS_SLC,

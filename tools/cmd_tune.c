@@ -799,6 +799,10 @@ static int parse_families(const char *s, bool *on)
 int cmd_tune(int argc, char **argv)
 {
     if (argc > 2 && strcmp(argv[2], "--merge") == 0) return tune_merge(argc, argv);
+    /* The top-k families are timed as their own kernel: keep the forward from
+     * running the top-k itself (its JB still comes from that family). Set
+     * before any build thread starts. */
+    setenv("CLNSA_FUSED_TOPK", "0", 1);
     tune_opts o = {128, 0, 16, 4, 64, 16, 2, 4096, 512, 24, 1, 5, 1024, -1, 0, NULL, NULL, NULL};
     const cli_opt opts[] = {
         {"--family", OPT_STRING, &o.family, 0, 0, NULL, "F", "families to tune, comma-separated (required)"},

@@ -77,14 +77,20 @@ inline void row_values_put(row_values x, int r, __local float *lse_s, __local fl
 }
 
 /* Adds (ACCUM, unsplit) or writes the lane's values of key row kr of a
- * dense f32 [B, rows, H, dim] gradient, times scale. */
+ * dense f32 [B, rows, H, dim] gradient, times scale. ADD_IN_PLACE is one
+ * literal, for the reason SKIP_INIT_ROWS is (nsa_dkdv.h). */
+#if ACCUM && NSPLIT == 1
+#define ADD_IN_PLACE 1
+#else
+#define ADD_IN_PLACE 0
+#endif
 inline void store_key_row(__global float *g, idx_t at, int dim, const float *c, int hr, float scale)
 {
     const int d0 = 2 * (lane_id() & 3) * (dim / 8);
 #pragma unroll
     for (int e = 0; e < dim / 4; ++e) {
         const float x = scale * row_value(c, dim, hr, e);
-        g[at + d0 + e] = ACCUM && NSPLIT == 1 ? g[at + d0 + e] + x : x;
+        g[at + d0 + e] = ADD_IN_PLACE ? g[at + d0 + e] + x : x;
     }
 }
 

@@ -4,6 +4,11 @@
  *  - A kernel build failure (CLNSA_BUILD_OPTIONS that break the kernels):
  *    CLNSA_ERROR_BUILD_FAILED with the build log in the message, nothing
  *    enqueued, and the context works once the options are fixed.
+ *  - A kernel that compiles with a warning (a copy of cl/ with one added,
+ *    read through the context's kernel_dir): with CLNSA_BUILD_LOG=werror,
+ *    as the tests run, CLNSA_ERROR_BUILD_FAILED naming the warning and
+ *    nothing enqueued; with the log off, the same sources build and run.
+ *    On PoCL and NVIDIA (Mesa's compiler logs no warnings).
  *  - An enqueue failure injected through the CLNSA_FAULT_INJECT test hook
  *    (src/api/tensor.c): CL_MEM_OBJECT_ALLOCATION_FAILURE, and, as a
  *    *simulated* device lost or exhausted in the middle of an op,
@@ -185,6 +190,60 @@ static void test_build_failure(void **state)
     free(ro);
     bwd_free(&b);
     nsa_run_free(&r);
+}
+
+/* --------------------------------------------------- build warnings */
+
+static void test_build_warning(void **state)
+{
+    (void)state;
+    const char *src = getenv("CLNSA_TEST_KERNEL_SRC"), *mode = getenv("CLNSA_BUILD_LOG");
+    if (!src || !mode || strcmp(mode, "werror") != 0) {
+        print_message("  skipped: run through meson test (CLNSA_TEST_KERNEL_SRC, CLNSA_BUILD_LOG=werror)\n");
+        skip();
+    }
+    const clnsa_vendor vendor = clnsa_context_device_info(env.ctx)->vendor;
+    if (vendor != CLNSA_VENDOR_POCL && vendor != CLNSA_VENDOR_NVIDIA) { /* Mesa's log has no warnings */
+        print_message("  skipped: this device's compiler logs no warnings\n");
+        skip();
+    }
+    char dir[] = "/tmp/clnsa-warn-XXXXXX", cmd[1024], path[512];
+    assert_non_null(mkdtemp(dir));
+    snprintf(cmd, sizeof cmd, "cp -r '%s'/. '%s'/", src, dir);
+    assert_int_equal(system(cmd), 0);
+    snprintf(path, sizeof path, "%s/common.h", dir);
+    FILE *f = fopen(path, "a");
+    assert_non_null(f);
+    fputs("\ninline int clnsa_warning_probe(int x) { return x && 2; }\n", f);
+    fclose(f);
+
+    clnsa_context_options o = {0};
+    o.kernel_dir = dir;
+    o.cache_dir = dir; /* nothing cached from the real sources */
+    char msg[256];
+    clnsa_context *ctx = NULL, *saved = env.ctx;
+    assert_int_equal(clnsa_context_create(env.cl, env.device, &o, &ctx, msg, sizeof msg), CLNSA_SUCCESS);
+    env.ctx = ctx;
+    nsa_run r;
+    nsa_run_setup(&env, &r, named("G=3 DK!=DV"), 41);
+    cl_event ev;
+    clnsa_status st = forward_once(&r, &ev);
+    const char *err = clnsa_last_error(ctx);
+    print_message("  werror: %s: %.120s...\n", clnsa_status_string(st), err);
+    assert_int_equal(st, CLNSA_ERROR_BUILD_FAILED);
+    assert_null(ev);
+    assert_non_null(strstr(err, "built with warnings"));
+    assert_non_null(strstr(err, "warning")); /* the log */
+    assert_true(all_nan(r.o_m, r.nq * r.c->DV, r.c->dt));
+
+    assert_int_equal(setenv("CLNSA_BUILD_LOG", "0", 1), 0);
+    nsa_run_forward(&env, &r); /* asserts success */
+    assert_int_equal(setenv("CLNSA_BUILD_LOG", "werror", 1), 0);
+    nsa_run_free(&r);
+    env.ctx = saved;
+    clnsa_context_destroy(ctx);
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    assert_int_equal(system(cmd), 0);
 }
 
 /* ---------------------------------------------------- injected faults */
@@ -400,6 +459,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_backward_threads),
         cmocka_unit_test(test_build_failure),
+        cmocka_unit_test(test_build_warning),
         cmocka_unit_test(test_injected_faults),
         cmocka_unit_test(test_failed_dependency),
         cmocka_unit_test(test_workspace_short_then_ok),

@@ -75,6 +75,42 @@ static void build_options(const clnsa_context *ctx, const char *defines, char *b
              ctx->extra_options ? ctx->extra_options : "", env ? env : "");
 }
 
+/* The compiler's log of a program (malloc'ed; NULL when there is none). */
+static char *build_log(const clnsa_context *ctx, cl_program p)
+{
+    size_t n = 0;
+    if (clGetProgramBuildInfo(p, ctx->device, CL_PROGRAM_BUILD_LOG, 0, NULL, &n) != CL_SUCCESS || n == 0) return NULL;
+    char *log = calloc(n + 1, 1);
+    if (log && clGetProgramBuildInfo(p, ctx->device, CL_PROGRAM_BUILD_LOG, n, log, NULL) != CL_SUCCESS) {
+        free(log);
+        return NULL;
+    }
+    return log;
+}
+
+/* CLNSA_BUILD_LOG (kernel work, tests): "1" prints the compiler's log of
+ * each program that built with one (warnings; NVIDIA's compiler prints
+ * "N warnings generated." on the caller's stdout), "werror" fails a build
+ * whose log has a warning (the tests set it: PoCL's compiler reports what
+ * NVIDIA's warns about). */
+static clnsa_status check_build_log(clnsa_context *ctx, cl_program p, const char *what)
+{
+    const char *mode = getenv("CLNSA_BUILD_LOG");
+    if (!mode || !*mode || strcmp(mode, "0") == 0) return CLNSA_SUCCESS;
+    char *log = build_log(ctx, p);
+    clnsa_status st = CLNSA_SUCCESS;
+    if (log && strspn(log, " \t\r\n") < strlen(log)) {
+        if (strcmp(mode, "werror") == 0 && strstr(log, "warning")) {
+            st = cx_fail(ctx, CLNSA_ERROR_BUILD_FAILED, "kernels %s built with warnings (CLNSA_BUILD_LOG=werror):\n%s", what, log);
+            clReleaseProgram(p);
+        } else {
+            fprintf(stderr, "clnsa-build-log: %s\n%s\n", what, log);
+        }
+    }
+    free(log);
+    return st;
+}
+
 static clnsa_status build(clnsa_context *ctx, const char *src, const char *options, const char *what,
                           cl_program *out)
 {
@@ -83,18 +119,16 @@ static clnsa_status build(clnsa_context *ctx, const char *src, const char *optio
     if (err != CL_SUCCESS) return cx_fail_cl(ctx, err, "clCreateProgramWithSource");
     err = clBuildProgram(p, 1, &ctx->device, options, NULL, NULL);
     if (err != CL_SUCCESS) {
-        size_t n = 0;
-        clGetProgramBuildInfo(p, ctx->device, CL_PROGRAM_BUILD_LOG, 0, NULL, &n);
-        char *log = calloc(n + 1, 1);
-        if (log) clGetProgramBuildInfo(p, ctx->device, CL_PROGRAM_BUILD_LOG, n, log, NULL);
+        char *log = build_log(ctx, p);
         clnsa_status st = cx_fail(ctx, CLNSA_ERROR_BUILD_FAILED, "building kernels %s with options '%s' failed: %s (%d)\n%s",
                                   what, options, cl_error_name(err), (int)err, log ? log : "(no build log)");
         free(log);
         clReleaseProgram(p);
         return st;
     }
-    *out = p;
-    return CLNSA_SUCCESS;
+    const clnsa_status st = check_build_log(ctx, p, what);
+    *out = st == CLNSA_SUCCESS ? p : NULL;
+    return st;
 }
 
 /* The program: a cached binary for exactly this text if the disk cache has

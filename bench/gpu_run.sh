@@ -50,7 +50,7 @@ if on tests; then
         mkdir -p "$golden" && for f in .gpu/golden/*.tar.gz; do tar -xzf "$f" -C "$golden"; done
     fi
     [ -d "$golden" ] && export CLNSA_GOLDEN_DIR=$golden # else test_golden skips
-    for t in ${TESTS:-test_warp test_blocksparse test_nsa_fwd test_nsa_bwd test_golden test_api test_guard}; do
+    for t in ${TESTS:-test_warp test_blocksparse test_nsa_fwd test_nsa_bwd test_golden test_api test_guard test_robust test_faults}; do
         echo "== $t (NVIDIA OpenCL)"
         (cd build-gpu && CLNSA_EXE=$PWD/clnsa timeout 300 "tests/$t" 2>&1 | grep -E "rel L2|error|Error|FAILED|PASSED|differ|warp kernels" | head -20)
     done

@@ -3,7 +3,9 @@
 # checks and times in one command. Stages (STAGES, default all, in order):
 #   tests    the device tests on NVIDIA's OpenCL: test_warp (the tensor-core
 #            path against the reference, every kernel and dtype it has) and
-#            the suites whose bf16 / f16 cases now take that path
+#            the suites whose bf16 / f16 cases now take that path; test_golden
+#            needs the golden cases carried: after ../shared/gpu/stage.sh,
+#            mkdir -p .gpu/golden && cp ../shared/golden/*.tar.gz .gpu/golden/
 #   ptx      the warp kernels' PTX (the program binaries NVIDIA's OpenCL
 #            returns) for the anchor configuration, in $OUT/ptx.tgz, and
 #            their registers and spills (bench/ptxas_report.py, with the

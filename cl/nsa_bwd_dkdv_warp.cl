@@ -25,9 +25,10 @@
 
 #define RQ KC /* query rows per chunk */
 /* row strides of the staged rows, in elements: rows of a multiple of 64
- * elements unpadded, so swizzled (warp_attn.h's tile_col: both ways of
- * reading them conflict-free), others padded to 16-byte aligned rows 4
- * banks apart */
+ * elements unpadded, so swizzled (warp_attn.h's tile_col with
+ * TILE_SWIZZLE_TRANS, which the host sets: both ways of reading them,
+ * lds_kfrag and lds_bfrag_trans, conflict-free), others padded to 16-byte
+ * aligned rows 4 banks apart */
 #define QPAD (DK % 64 ? DK + 8 : DK)
 #define DPAD (DV % 64 ? DV + 8 : DV)
 
@@ -81,8 +82,9 @@ inline void row_values_put(row_values x, int r, __local float *lse_s, __local fl
     g_s[r] = x.g;
 }
 
-/* Adds (ACCUM, unsplit) or writes the lane's values of key row kr of a
- * dense f32 [B, rows, H, dim] gradient, times scale. ADD_IN_PLACE is one
+/* Adds (ACCUM, unsplit) or writes the lane's values of key row hr (gq,
+ * gq+8) of a dense f32 [B, rows, H, dim] gradient, times scale: columns
+ * 8*nb + 2t, 2t+1 (lds_accumulate_trans's order). ADD_IN_PLACE is one
  * literal, for the reason SKIP_INIT_ROWS is (nsa_dkdv.h). */
 #if ACCUM && NSPLIT == 1
 #define ADD_IN_PLACE 1
@@ -91,12 +93,15 @@ inline void row_values_put(row_values x, int r, __local float *lse_s, __local fl
 #endif
 inline void store_key_row(__global float *g, idx_t at, int dim, const float *c, int hr, float scale)
 {
-    const int d0 = 2 * (lane_id() & 3) * (dim / 8);
+    const int t = lane_id() & 3;
 #pragma unroll
-    for (int e = 0; e < dim / 4; ++e) {
-        const float x = scale * row_value(c, dim, hr, e);
-        g[at + d0 + e] = ADD_IN_PLACE ? g[at + d0 + e] + x : x;
-    }
+    for (int nb = 0; nb < dim / 8; ++nb)
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+            const idx_t i = at + 8 * nb + 2 * t + e;
+            const float x = scale * c[4 * nb + 2 * hr + e];
+            g[i] = ADD_IN_PLACE ? g[i] + x : x;
+        }
 }
 
 __kernel __attribute__((reqd_work_group_size(NW * WARP, 1, 1))) void nsa_bwd_dkdv(DKDV_ARGS)
@@ -188,8 +193,8 @@ __kernel __attribute__((reqd_work_group_size(NW * WARP, 1, 1))) void nsa_bwd_dkd
             s[i] = p * (g_r[r] * dp[i] - d_r[r]); /* dS^T */
             dp[i] = g_r[r] * p;                   /* g P^T */
         }
-        lds_accumulate(dva, dp, dos, DPAD, 0, KC, DV, ws);
-        lds_accumulate(dka, s, qs, QPAD, 0, KC, DK, ws);
+        lds_accumulate_trans(dva, dp, dos, DPAD, DV, ws);
+        lds_accumulate_trans(dka, s, qs, QPAD, DK, ws);
 
         if (lid < RQ) {
             tok_s[tf][lid] = tok2;

@@ -46,9 +46,20 @@
  * of row r; padded tiles and global rows are not swizzled. */
 #define TILE_SWIZZLED(stride, dim) ((stride) == (dim) && (dim) % 64 == 0)
 
+#ifndef TILE_SWIZZLE_TRANS
+#define TILE_SWIZZLE_TRANS 0
+#endif
 inline int tile_col(int r, int e, idx_t stride, int dim)
 {
+#if TILE_SWIZZLE_TRANS
+    /* for tiles read by lds_kfrag and lds_bfrag_trans (eight consecutive
+     * rows at one chunk): 4 * bit 0 of r + bits 1-2, which gives eight
+     * consecutive rows eight distinct chunks and keeps rows 2p, 2p+1 apart
+     * by the 4 */
+    const int m = (((r & 1) << 2) | ((r >> 1) & 3)) << 3;
+#else
     const int m = ((((r & 1) ^ ((r >> 2) & 1)) << 2) | ((r >> 1) & 1)) << 3;
+#endif
     return TILE_SWIZZLED(stride, dim) ? e ^ m : e;
 }
 
@@ -171,6 +182,59 @@ inline void mma_cols(float *c, word_t a0, word_t a1, word_t a2, word_t a3, const
     for (int nb = 0; nb < dim / 8; ++nb) {
         const int w = nb >> 1, hi = nb & 1;
         mma16816(c + 4 * nb, a0, a1, a2, a3, pick_pair(k0[w], k1[w], hi), pick_pair(k8[w], k9[w], hi), ws);
+    }
+}
+
+/* The B fragments of two n-blocks of a product over a local tile's rows
+ * (k) and columns (n): rows r0 .. r0+15, columns c0 .. c0+15 of x (row
+ * stride rs, a multiple of 8; c0 a multiple of 8, swizzled as tile_col
+ * says): b[0], b[1] of columns c0 .. c0+7, b[2], b[3] of the next eight.
+ * On NVIDIA with 16-bit types one ldmatrix.trans (lanes 0-7 name the rows
+ * of the first 8x8 matrix, 8-15 the second's, ...); else element by element. */
+inline word_t lds_elem_pair(__local const store_t *x, int rs, int r, int col, int dim)
+{
+    const int i0 = r * rs + tile_col(r, col & ~7, rs, dim) + (col & 7);
+    const int i1 = (r + 1) * rs + tile_col(r + 1, col & ~7, rs, dim) + (col & 7);
+#if STORAGE == 0
+    return (float2)(x[i0], x[i1]);
+#else
+    __local const ushort *u = (__local const ushort *)x;
+    return (uint)u[i0] | ((uint)u[i1] << 16);
+#endif
+}
+
+inline void lds_bfrag_trans(__local const store_t *x, int rs, int r0, int c0, int dim, word_t *b)
+{
+    const int lane = lane_id();
+#if MMA_NV && STORAGE != 0
+    const int m = lane >> 3, r = r0 + (lane & 7) + 8 * (m & 1), c = c0 + 8 * (m >> 1);
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];"
+                 : "=r"(b[0]), "=r"(b[1]), "=r"(b[2]), "=r"(b[3])
+                 : "r"((uint)(size_t)(x + r * rs + tile_col(r, c, rs, dim))));
+#else
+    const int gq = lane >> 2, t = lane & 3;
+    for (int i = 0; i < 4; ++i) b[i] = lds_elem_pair(x, rs, r0 + 2 * t + 8 * (i & 1), c0 + 8 * (i >> 1) + gq, dim);
+#endif
+}
+
+/* c += P X as lds_accumulate, for all KC rows of a local tile, with the
+ * columns in mma's own order: c[4*nb ..] holds columns 8*nb + 2t, 2t+1 of
+ * rows gq, gq+8 (no byte permutes to pair rows up, as lds_cols' reads
+ * need). */
+inline void lds_accumulate_trans(float *c, const float *p, __local const store_t *x, int x_rs, int dim, __local uint *ws)
+{
+#pragma unroll
+    for (int kk = 0; kk < KC / 16; ++kk) {
+        const float *p0 = p + 8 * kk, *p1 = p0 + 4;
+        const word_t a0 = pack_f32x2(p0[0], p0[1], ws), a1 = pack_f32x2(p0[2], p0[3], ws);
+        const word_t a2 = pack_f32x2(p1[0], p1[1], ws), a3 = pack_f32x2(p1[2], p1[3], ws);
+#pragma unroll
+        for (int nb = 0; nb < dim / 8; nb += 2) {
+            word_t b[4];
+            lds_bfrag_trans(x, x_rs, 16 * kk, 8 * nb, dim, b);
+            mma16816(c + 4 * nb, a0, a1, a2, a3, b[0], b[1], ws);
+            mma16816(c + 4 * nb + 4, a0, a1, a2, a3, b[2], b[3], ws);
+        }
     }
 }
 

@@ -19,7 +19,7 @@
  * The staged tiles go through local memory KC rows at a time, two buffers
  * deep: the next chunk is copied (asynchronously on NVIDIA) while the warps
  * compute this one. Products run on warp_attn.h's lds_products /
- * lds_accumulate. The host builds the file twice: KC = 32 for dq, 16 for
+ * lds_accumulate_trans (ACC_TRANS). The host builds the file twice: KC = 32 for dq, 16 for
  * dk/dv (their registers).
  *
  * Defines (besides common.h, warp_mma.h, warp_attn.h, blocksparse.h,
@@ -159,7 +159,7 @@ __kernel __attribute__((reqd_work_group_size(NW * WARP, 1, 1))) void bs_bwd_dq(
                                     has_seg, map, mbase, map_st, QB, KB);
                 bs_grad_weights(s, dp, i, on, l[hr], dl[hr], scale, softcap);
             }
-            lds_accumulate(acc, dp, ks, KROW, 0, KC, DK, ws);
+            lds_accumulate_trans(acc, dp, ks, KROW, DK, ws);
         }
         copy_async_wait();
         barrier(CLK_LOCAL_MEM_FENCE); /* chunk n+1 is in; chunk n is read */
@@ -233,8 +233,8 @@ __kernel __attribute__((reqd_work_group_size(NW * WARP, 1, 1))) void bs_bwd_dkdv
                                         has_seg, map, mbase, map_st, QB, KB);
                     bs_grad_weights(s, dp, i, on, lse_s[cur][r], dl_s[cur][r], scale, softcap);
                 }
-                lds_accumulate(dva, s, dos, VROW, 0, KC, DV, ws);
-                lds_accumulate(dka, dp, qs, KROW, 0, KC, DK, ws);
+                lds_accumulate_trans(dva, s, dos, VROW, DV, ws);
+                lds_accumulate_trans(dka, dp, qs, KROW, DK, ws);
             }
             copy_async_wait();
             barrier(CLK_LOCAL_MEM_FENCE); /* chunk n+1 is in; chunk n is read */

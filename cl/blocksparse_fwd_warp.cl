@@ -92,7 +92,7 @@ __kernel __attribute__((reqd_work_group_size(NW * WARP, 1, 1))) void bs_fwd(FWD_
 #pragma unroll
                 for (int i = 0; i < ACC_N; ++i) acc[i] *= alpha[(i >> 1) & 1];
             }
-            lds_accumulate(acc, s, (__local const store_t *)v_raw[cur], VROW, 0, KC, DV, ws);
+            lds_accumulate_trans(acc, s, (__local const store_t *)v_raw[cur], VROW, DV, ws);
         }
         copy_async_wait();
         barrier(CLK_LOCAL_MEM_FENCE); /* tile+1 is in; tile is read */

@@ -26,7 +26,7 @@
 #define RQ KC /* query rows per chunk */
 /* row strides of the staged rows, in elements: rows of a multiple of 64
  * elements unpadded, so swizzled (warp_attn.h's tile_col with
- * TILE_SWIZZLE_TRANS, which the host sets: both ways of reading them,
+ * ACC_TRANS, which the host sets: both ways of reading them,
  * lds_kfrag and lds_bfrag_trans, conflict-free), others padded to 16-byte
  * aligned rows 4 banks apart */
 #define QPAD (DK % 64 ? DK + 8 : DK)
@@ -83,9 +83,9 @@ inline void row_values_put(row_values x, int r, __local float *lse_s, __local fl
 }
 
 /* Adds (ACCUM, unsplit) or writes the lane's values of key row hr (gq,
- * gq+8) of a dense f32 [B, rows, H, dim] gradient, times scale: columns
- * 8*nb + 2t, 2t+1 (lds_accumulate_trans's order). ADD_IN_PLACE is one
- * literal, for the reason SKIP_INIT_ROWS is (nsa_dkdv.h). */
+ * gq+8) of a dense f32 [B, rows, H, dim] gradient, times scale.
+ * ADD_IN_PLACE is one literal, for the reason SKIP_INIT_ROWS is
+ * (nsa_dkdv.h). */
 #if ACCUM && NSPLIT == 1
 #define ADD_IN_PLACE 1
 #else
@@ -93,15 +93,12 @@ inline void row_values_put(row_values x, int r, __local float *lse_s, __local fl
 #endif
 inline void store_key_row(__global float *g, idx_t at, int dim, const float *c, int hr, float scale)
 {
-    const int t = lane_id() & 3;
 #pragma unroll
-    for (int nb = 0; nb < dim / 8; ++nb)
-#pragma unroll
-        for (int e = 0; e < 2; ++e) {
-            const idx_t i = at + 8 * nb + 2 * t + e;
-            const float x = scale * c[4 * nb + 2 * hr + e];
-            g[i] = ADD_IN_PLACE ? g[i] + x : x;
-        }
+    for (int e = 0; e < dim / 4; ++e) {
+        const idx_t i = at + row_col(dim, e);
+        const float x = scale * row_value(c, dim, hr, e);
+        g[i] = ADD_IN_PLACE ? g[i] + x : x;
+    }
 }
 
 __kernel __attribute__((reqd_work_group_size(NW * WARP, 1, 1))) void nsa_bwd_dkdv(DKDV_ARGS)

@@ -46,16 +46,19 @@
  * of row r; padded tiles and global rows are not swizzled. */
 #define TILE_SWIZZLED(stride, dim) ((stride) == (dim) && (dim) % 64 == 0)
 
-#ifndef TILE_SWIZZLE_TRANS
-#define TILE_SWIZZLE_TRANS 0
+/* ACC_TRANS = 1: the program's accumulations from local tiles run on
+ * lds_accumulate_trans, which reads its B fragments with ldmatrix.trans
+ * (eight consecutive rows at one chunk): the swizzle below serves that
+ * read and lds_kfrag's, and accumulators hold their columns in mma's own
+ * order (row_value, row_col). */
+#ifndef ACC_TRANS
+#define ACC_TRANS 0
 #endif
 inline int tile_col(int r, int e, idx_t stride, int dim)
 {
-#if TILE_SWIZZLE_TRANS
-    /* for tiles read by lds_kfrag and lds_bfrag_trans (eight consecutive
-     * rows at one chunk): 4 * bit 0 of r + bits 1-2, which gives eight
-     * consecutive rows eight distinct chunks and keeps rows 2p, 2p+1 apart
-     * by the 4 */
+#if ACC_TRANS
+    /* 4 * bit 0 of r + bits 1-2: eight consecutive rows take eight distinct
+     * chunks, and rows 2p, 2p+1 still differ in the 4 */
     const int m = (((r & 1) << 2) | ((r >> 1) & 3)) << 3;
 #else
     const int m = ((((r & 1) ^ ((r >> 2) & 1)) << 2) | ((r >> 1) & 1)) << 3;
@@ -218,9 +221,9 @@ inline void lds_bfrag_trans(__local const store_t *x, int rs, int r0, int c0, in
 }
 
 /* c += P X as lds_accumulate, for all KC rows of a local tile, with the
- * columns in mma's own order: c[4*nb ..] holds columns 8*nb + 2t, 2t+1 of
- * rows gq, gq+8 (no byte permutes to pair rows up, as lds_cols' reads
- * need). */
+ * columns in mma's own order (ACC_TRANS): c[4*nb ..] holds columns 8*nb +
+ * 2t, 2t+1 of rows gq, gq+8 (no byte permutes to pair rows up, as lds_cols'
+ * reads need). */
 inline void lds_accumulate_trans(float *c, const float *p, __local const store_t *x, int x_rs, int dim, __local uint *ws)
 {
 #pragma unroll
@@ -238,12 +241,30 @@ inline void lds_accumulate_trans(float *c, const float *p, __local const store_t
     }
 }
 
-/* The values of one row (hr = 0: row gq, 1: row gq+8) that lane t holds,
- * in dim order from dim 2t*dim/8: element e of dim/4. */
+/* Element e (of dim/4) of the values of one row (hr = 0: row gq, 1: row
+ * gq+8) that lane t holds, and its column: with ACC_TRANS, columns 8*(e/2)
+ * + 2t + e%2 (mma's order); else dims 2t*dim/8 + e, contiguous (the order
+ * lds_cols and load_cols give). */
 inline float row_value(const float *c, int dim, int hr, int e)
 {
+#if ACC_TRANS
+    (void)dim;
+    return c[4 * (e >> 1) + 2 * hr + (e & 1)];
+#else
     const int nb = e < dim / 8 ? e : e - dim / 8;
     return c[4 * nb + 2 * hr + (e < dim / 8 ? 0 : 1)];
+#endif
+}
+
+inline int row_col(int dim, int e)
+{
+    const int t = lane_id() & 3;
+#if ACC_TRANS
+    (void)dim;
+    return 8 * (e >> 1) + 2 * t + (e & 1);
+#else
+    return 2 * t * (dim / 8) + e;
+#endif
 }
 
 /* Word i of the lane's part of row hr: values 2i, 2i+1, times scale,
@@ -258,8 +279,11 @@ inline word_t row_word(const float *c, int dim, int hr, int i, float scale, __lo
 inline void store_row(__global store_t *row, int dim, const float *c, int hr, float scale, __local uint *ws)
 {
     const int n = dim / 8; /* words */
-    __global store_t *p = row + 2 * (lane_id() & 3) * (dim / 8);
-    if (n % 4 == 0) {
+    __global store_t *p = row + 2 * (lane_id() & 3) * (ACC_TRANS ? 1 : dim / 8);
+    if (ACC_TRANS) { /* word i at column 8i + 2t */
+#pragma unroll
+        for (int i = 0; i < n; ++i) STORE_WORD(row_word(c, dim, hr, i, scale, ws), p + 8 * i);
+    } else if (n % 4 == 0) {
 #pragma unroll
         for (int i = 0; i < n / 4; ++i)
             STORE_WORDS4((word4_t)(row_word(c, dim, hr, 4 * i, scale, ws), row_word(c, dim, hr, 4 * i + 1, scale, ws),
@@ -278,9 +302,8 @@ inline void store_row(__global store_t *row, int dim, const float *c, int hr, fl
 /* The same values stored one by one: row element d at p[row + d*ds]. */
 inline void store_row_strided(__global store_t *p, idx_t row, idx_t ds, int dim, const float *c, int hr, float scale)
 {
-    const int d0 = 2 * (lane_id() & 3) * (dim / 8);
 #pragma unroll
-    for (int e = 0; e < dim / 4; ++e) STORE(p, row + (idx_t)(d0 + e) * ds, scale * row_value(c, dim, hr, e));
+    for (int e = 0; e < dim / 4; ++e) STORE(p, row + (idx_t)row_col(dim, e) * ds, scale * row_value(c, dim, hr, e));
 }
 
 inline void warp_reset(float *m, float *l, float *acc)

@@ -57,7 +57,7 @@ typedef uint4 word4_t;
 #define WARP_SCRATCH ((6 * WORD_UINTS + 1) * WARP) /* mma operands, then one word per lane */
 #endif
 
-/* Stores four (STORE_WORDS4) or two (STORE_WORDS2) words w at piece i of p
+/* Stores four (STORE_WORDS4), two (STORE_WORDS2) or one (STORE_WORD) words w at piece i of p
  * (aligned to the piece): one wide store on NVIDIA (vstoreN only promises
  * element alignment, so it would be split). The emulated build uses vstoreN:
  * Oclgrind 21.10 compiles the vector-pointer store into a store of an
@@ -66,10 +66,13 @@ typedef uint4 word4_t;
 #if MMA_NV
 #define STORE_WORDS4(w, i, p) (((__global word4_t *)(p))[i] = (w))
 #define STORE_WORDS2(w, i, p) (((__global word2_t *)(p))[i] = (w))
+#define STORE_WORD(w, p) (*(__global word_t *)(p) = (w))
 #elif STORAGE == 0
 #define STORE_WORDS4(w, i, p) vstore8((w), (i), (__global float *)(p))
 #define STORE_WORDS2(w, i, p) vstore4((w), (i), (__global float *)(p))
+#define STORE_WORD(w, p) vstore2((w), 0, (__global float *)(p))
 #else
+#define STORE_WORD(w, p) (*(__global uint *)(p) = (w))
 #define STORE_WORDS4(w, i, p) vstore4((w), (i), (__global uint *)(p))
 #define STORE_WORDS2(w, i, p) vstore2((w), (i), (__global uint *)(p))
 #endif

@@ -233,7 +233,7 @@ size_t bs_warp_defines(const bs_problem *pb, warp_mode warp, size_t wg, int kc, 
     const size_t n = bs_rule_defines(pb, buf, size);
     snprintf(buf + n, size - n,
              "#define NW %zu\n#define KC %d\n#define DK %d\n#define DV %d\n#define KROW %d\n#define VROW %d\n"
-             "#define MMA_NV %d\n",
+             "#define MMA_NV %d\n#define ACC_TRANS 1\n",
              wg / 32, kc, pb->D, pb->DV, krow, vrow, warp == WARP_NV ? 1 : 0);
     return strlen(buf);
 }

@@ -433,7 +433,7 @@ static clnsa_status plan_dkdv_warp(clnsa_context *ctx, op_plan *p, const nsa_pro
     char d[2560];
     snprintf(d, sizeof d,
              "%s#define NW %zu\n#define TKK %d\n#define KC %d\n#define MMA_NV %d\n#define BRANCH %d\n#define ACCUM %d\n"
-             "#define NSPLIT %d\n#define HEAVY %d\n#define HEAVY_PASS %d\n#define TILE_SWIZZLE_TRANS 1\n",
+             "#define NSPLIT %d\n#define HEAVY %d\n#define HEAVY_PASS %d\n#define ACC_TRANS 1\n",
              defines, wg / 32, tkk, wp->kc, pb->warp == WARP_NV, branch, accum ? 1 : 0, nsplit, heavy, pass);
     cl_program prog;
     CHECK(program_get(ctx, dkdv_warp_files, d, &prog));

@@ -178,9 +178,9 @@ __kernel __attribute__((reqd_work_group_size(NW * WARP, 1, 1))) void nsa_bwd_dkd
         lds_products(s, ka, qs, QPAD, 0, KC, DK, ws);
         lds_products(dp, va, dos, DPAD, 0, KC, DV, ws);
         /* the next chunk's copies go out here, behind the products' tile
-         * reads, rather than before them, where the warp worked out their
-         * addresses while its tensor cores waited (selected pass 28.0 ->
-         * 26.5 ms at 64k on the H100) */
+         * reads: issued before them they made the pass slower (selected
+         * pass 28.0 -> 26.5 ms at 64k on the H100 when moved), probably
+         * because the products waited behind their address arithmetic */
         if (c + 1 < nchunks)
             fetch_query_rows(r0 + RQ, b, h, tok_s[tn], q, q_off, q_st, dout, do_off, do_st,
                              (__local store_t *)q_raw[cur ^ 1], (__local store_t *)do_raw[cur ^ 1]);

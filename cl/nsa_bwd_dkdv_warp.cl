@@ -25,10 +25,9 @@
 
 #define RQ KC /* query rows per chunk */
 /* row strides of the staged rows, in elements: rows of a multiple of 64
- * elements unpadded, so swizzled (warp_attn.h's tile_col with
- * ACC_TRANS, which the host sets: both ways of reading them,
- * lds_kfrag and lds_bfrag_trans, conflict-free), others padded to 16-byte
- * aligned rows 4 banks apart */
+ * elements unpadded, so swizzled (warp_attn.h's tile_col: both ways of
+ * reading them, lds_kfrag and lds_bfrag_trans, conflict-free), others
+ * padded to 16-byte aligned rows 4 banks apart */
 #define QPAD (DK % 64 ? DK + 8 : DK)
 #define DPAD (DV % 64 ? DV + 8 : DV)
 

@@ -32,37 +32,30 @@
 #define ACC_N (DV / 2)
 #define LOG2E 1.4426950408889634f
 
-/* Local tiles: the fragment reads below take 16-byte chunks, eight lanes
- * (a quarter-warp, served together) at a time: KFRAG rows 2p and 2p+1, four
- * chunks each; COLS rows 2t (+ a constant) of four lanes t, chunks 2g + i
- * of two lanes g. A padded row stride can serve one of the two (the host's
- * tune_warp_rows picks it for tiles read one way only), not both; so a tile
- * stored unpadded (stride = dim, dim a multiple of 64 elements: 128 bytes,
- * 8 chunks) has chunk c of row r at c ^ s(r), s(r) = 4 (bit 0 of r xor
- * bit 2) + bit 1 of r, which puts the eight chunks of either read in eight
- * distinct 4-bank groups (rows 2p, 2p+1 differ in the 4; rows 2t + const
- * take four masks that the two chunks 2g + i, differing in bit 1, never
- * collide on). tile_col gives the position of element e (a chunk's first)
- * of row r; padded tiles and global rows are not swizzled. */
+/* Local tiles are read two ways: lds_kfrag takes 16-byte chunks, eight
+ * lanes (a quarter-warp, served together) at a time, rows 2p and 2p+1 four
+ * chunks each; lds_bfrag_trans's ldmatrix takes one chunk of eight
+ * consecutive rows at a time. A padded row stride (16 bytes past a multiple
+ * of 128) serves both; a tile stored unpadded (stride = dim, dim a multiple
+ * of 64 elements: 128 bytes, 8 chunks) has chunk c of row r at c ^ s(r),
+ * s(r) = 4 * bit 0 of r + bits 1-2 of r: eight consecutive rows take eight
+ * distinct 4-bank groups, and rows 2p, 2p+1 differ in the 4, so lds_kfrag's
+ * two rows take the two halves. tile_col gives the position of element e
+ * (a chunk's first) of row r; padded tiles and global rows are not
+ * swizzled. */
 #define TILE_SWIZZLED(stride, dim) ((stride) == (dim) && (dim) % 64 == 0)
 
-/* ACC_TRANS = 1: the program's accumulations from local tiles run on
- * lds_accumulate_trans, which reads its B fragments with ldmatrix.trans
- * (eight consecutive rows at one chunk): the swizzle below serves that
- * read and lds_kfrag's, and accumulators hold their columns in mma's own
- * order (row_value, row_col). */
+/* ACC_TRANS = 1 (programs whose accumulations read local tiles, through
+ * lds_accumulate_trans): accumulators hold their columns in mma's own
+ * order; 0 (warp_accumulate from global rows): in the order load_cols gives.
+ * row_value, row_col and the stores follow it. */
 #ifndef ACC_TRANS
 #define ACC_TRANS 0
 #endif
+
 inline int tile_col(int r, int e, idx_t stride, int dim)
 {
-#if ACC_TRANS
-    /* 4 * bit 0 of r + bits 1-2: eight consecutive rows take eight distinct
-     * chunks, and rows 2p, 2p+1 still differ in the 4 */
     const int m = (((r & 1) << 2) | ((r >> 1) & 3)) << 3;
-#else
-    const int m = ((((r & 1) ^ ((r >> 2) & 1)) << 2) | ((r >> 1) & 1)) << 3;
-#endif
     return TILE_SWIZZLED(stride, dim) ? e ^ m : e;
 }
 
@@ -83,22 +76,21 @@ inline void copy_chunk_async(__local store_t *dst, __global const store_t *src, 
     for (int i = 0; i < 8; i += 16 / (int)sizeof(store_t)) copy16_async(dst + i, src + i, valid);
 }
 
-/* Row reads in global or local memory (OpenCL 1.2 has no generic address
- * space, so each is defined for both; their loops have constant trip
- * counts and unroll). Row r of a tile at base with row stride rs; zeros
+/* Row reads (their loops have constant trip counts and unroll). Row r of a tile at base with row stride rs; zeros
  * where !valid. With guard, rows that are not valid are not read (they may
  * lie outside the buffer); without, row r is read whatever valid says (it
  * must be readable) and the words zeroed after: the loads are then
  * unconditional and share one row address, where predicated loads made
  * NVIDIA's compiler rebuild the 64-bit address for every piece (about 150
  * integer instructions per 32 mma in the forward's loop on the H200).
- *   KFRAG(base, rs, r, dim, valid, guard, w): the words lane t holds of a
- *     `dim`-long row for the k-steps of a product over that dim: k-step kk
- *     in words 2kk, 2kk+1 (dims kdim(kk, t) .. +3);
- *   COLS(base, rs, r, dim, valid, guard, w): dim/16 words of a row, the
- *     dims gq*dim/8 .. +dim/8-1 of lane (gq, t). */
+ *   load_kfrag, lds_kfrag (global or local memory: OpenCL 1.2 has no
+ *     generic address space): the words lane t holds of a `dim`-long row
+ *     for the k-steps of a product over that dim: k-step kk in words 2kk,
+ *     2kk+1 (dims kdim(kk, t) .. +3);
+ *   load_cols: dim/16 words of a global row, the dims gq*dim/8 ..
+ *     +dim/8-1 of lane (gq, t) (local tiles are read by lds_bfrag_trans). */
 #define ROW_PIECE(T, ptr, valid, guard) ((guard) && !(valid) ? (T)(0) : *(ptr))
-#define DEFINE_ROW_READS(SPACE, KFRAG, COLS, COL)                                                                 \
+#define DEFINE_KFRAG(SPACE, KFRAG, COL)                                                                            \
     inline void KFRAG(SPACE const store_t *base, idx_t rs, int r, int dim, bool valid, bool guard, word_t *w)     \
     {                                                                                                             \
         const int t = lane_id() & 3;                                                                              \
@@ -114,33 +106,33 @@ inline void copy_chunk_async(__local store_t *dst, __global const store_t *src, 
             w[2 * kk] = valid ? x.lo : (word_t)(0);                                                               \
             w[2 * kk + 1] = valid ? x.hi : (word_t)(0);                                                           \
         }                                                                                                         \
-    }                                                                                                             \
-    inline void COLS(SPACE const store_t *base, idx_t rs, int r, int dim, bool valid, bool guard, word_t *w)      \
-    {                                                                                                             \
-        const int n = dim / 16, e0 = (lane_id() >> 2) * (dim / 8);                                                \
-        SPACE const store_t *row = base + (idx_t)r * rs;                                                          \
-        if (n % 4 == 0) {                                                                                         \
-            for (int i = 0; i < n / 4; ++i) {                                                                     \
-                const word4_t x = ROW_PIECE(word4_t, (SPACE const word4_t *)(row + COL(r, e0 + 8 * i, rs, dim)),  \
-                                            valid, guard);                                                        \
-                SPLIT_WORDS4(valid ? x : (word4_t)(0), w + 4 * i);                                                \
-            }                                                                                                     \
-        } else if (n % 2 == 0) {                                                                                  \
-            for (int i = 0; i < n / 2; ++i) {                                                                     \
-                const word2_t x = ROW_PIECE(word2_t, (SPACE const word2_t *)(row + e0) + i, valid, guard);        \
-                w[2 * i] = valid ? x.lo : (word_t)(0);                                                            \
-                w[2 * i + 1] = valid ? x.hi : (word_t)(0);                                                        \
-            }                                                                                                     \
-        } else {                                                                                                  \
-            for (int i = 0; i < n; ++i) {                                                                         \
-                const word_t x = ROW_PIECE(word_t, (SPACE const word_t *)(row + e0) + i, valid, guard);           \
-                w[i] = valid ? x : (word_t)(0);                                                                   \
-            }                                                                                                     \
-        }                                                                                                         \
     }
 
-DEFINE_ROW_READS(__global, load_kfrag, load_cols, global_col)
-DEFINE_ROW_READS(__local, lds_kfrag, lds_cols, tile_col)
+DEFINE_KFRAG(__global, load_kfrag, global_col)
+DEFINE_KFRAG(__local, lds_kfrag, tile_col)
+
+inline void load_cols(__global const store_t *base, idx_t rs, int r, int dim, bool valid, bool guard, word_t *w)
+{
+    const int n = dim / 16, e0 = (lane_id() >> 2) * (dim / 8);
+    __global const store_t *row = base + (idx_t)r * rs;
+    if (n % 4 == 0) {
+        for (int i = 0; i < n / 4; ++i) {
+            const word4_t x = ROW_PIECE(word4_t, (__global const word4_t *)(row + e0 + 8 * i), valid, guard);
+            SPLIT_WORDS4(valid ? x : (word4_t)(0), w + 4 * i);
+        }
+    } else if (n % 2 == 0) {
+        for (int i = 0; i < n / 2; ++i) {
+            const word2_t x = ROW_PIECE(word2_t, (__global const word2_t *)(row + e0) + i, valid, guard);
+            w[2 * i] = valid ? x.lo : (word_t)(0);
+            w[2 * i + 1] = valid ? x.hi : (word_t)(0);
+        }
+    } else {
+        for (int i = 0; i < n; ++i) {
+            const word_t x = ROW_PIECE(word_t, (__global const word_t *)(row + e0) + i, valid, guard);
+            w[i] = valid ? x : (word_t)(0);
+        }
+    }
+}
 
 /* Starts copying `rows` rows of `dim` elements (row r at src + r*rs) into
  * a local tile of `stride`-element rows (swizzled where tile_col says),
@@ -174,6 +166,17 @@ inline void load_afrag(__global const store_t *r0, bool v0, __global const store
         qa[4 * kk + 2] = w0[2 * kk + 1];
         qa[4 * kk + 3] = w8[2 * kk + 1];
     }
+}
+
+/* The A fragments of k-step kk of a product over the chunk's keys, from
+ * score fragments p, rounded to the storage type. */
+inline void p_afrag(const float *p, int kk, word_t *a, __local uint *ws)
+{
+    const float *p0 = p + 8 * kk, *p1 = p0 + 4;
+    a[0] = pack_f32x2(p0[0], p0[1], ws);
+    a[1] = pack_f32x2(p0[2], p0[3], ws);
+    a[2] = pack_f32x2(p1[0], p1[1], ws);
+    a[3] = pack_f32x2(p1[2], p1[3], ws);
 }
 
 /* c[4*nb ..] += A B for the `dim`/8 n-blocks of B, whose 16 k-rows (the
@@ -220,23 +223,22 @@ inline void lds_bfrag_trans(__local const store_t *x, int rs, int r0, int c0, in
 #endif
 }
 
-/* c += P X as lds_accumulate, for all KC rows of a local tile, with the
+/* c += P X as warp_accumulate, for all KC rows of a local tile, with the
  * columns in mma's own order (ACC_TRANS): c[4*nb ..] holds columns 8*nb +
- * 2t, 2t+1 of rows gq, gq+8 (no byte permutes to pair rows up, as lds_cols'
- * reads need). */
+ * 2t, 2t+1 of rows gq, gq+8 (no byte permutes to pair rows up, as
+ * load_cols' reads need). */
 inline void lds_accumulate_trans(float *c, const float *p, __local const store_t *x, int x_rs, int dim, __local uint *ws)
 {
 #pragma unroll
     for (int kk = 0; kk < KC / 16; ++kk) {
-        const float *p0 = p + 8 * kk, *p1 = p0 + 4;
-        const word_t a0 = pack_f32x2(p0[0], p0[1], ws), a1 = pack_f32x2(p0[2], p0[3], ws);
-        const word_t a2 = pack_f32x2(p1[0], p1[1], ws), a3 = pack_f32x2(p1[2], p1[3], ws);
+        word_t a[4];
+        p_afrag(p, kk, a, ws);
 #pragma unroll
         for (int nb = 0; nb < dim / 8; nb += 2) {
             word_t b[4];
             lds_bfrag_trans(x, x_rs, 16 * kk, 8 * nb, dim, b);
-            mma16816(c + 4 * nb, a0, a1, a2, a3, b[0], b[1], ws);
-            mma16816(c + 4 * nb + 4, a0, a1, a2, a3, b[2], b[3], ws);
+            mma16816(c + 4 * nb, a[0], a[1], a[2], a[3], b[0], b[1], ws);
+            mma16816(c + 4 * nb + 4, a[0], a[1], a[2], a[3], b[2], b[3], ws);
         }
     }
 }
@@ -244,7 +246,7 @@ inline void lds_accumulate_trans(float *c, const float *p, __local const store_t
 /* Element e (of dim/4) of the values of one row (hr = 0: row gq, 1: row
  * gq+8) that lane t holds, and its column: with ACC_TRANS, columns 8*(e/2)
  * + 2t + e%2 (mma's order); else dims 2t*dim/8 + e, contiguous (the order
- * lds_cols and load_cols give). */
+ * load_cols gives). */
 inline float row_value(const float *c, int dim, int hr, int e)
 {
 #if ACC_TRANS
@@ -279,7 +281,7 @@ inline word_t row_word(const float *c, int dim, int hr, int i, float scale, __lo
 inline void store_row(__global store_t *row, int dim, const float *c, int hr, float scale, __local uint *ws)
 {
     const int n = dim / 8; /* words */
-    __global store_t *p = row + 2 * (lane_id() & 3) * (ACC_TRANS ? 1 : dim / 8);
+    __global store_t *p = row + row_col(dim, 0);
     if (ACC_TRANS) { /* word i at column 8i + 2t */
 #pragma unroll
         for (int i = 0; i < n; ++i) STORE_WORD(row_word(c, dim, hr, i, scale, ws), p + 8 * i);
@@ -314,20 +316,21 @@ inline void warp_reset(float *m, float *l, float *acc)
     for (int i = 0; i < ACC_N; ++i) acc[i] = 0.0f;
 }
 
-/* The chunk's two products, for keys in global memory (warp_products,
- * warp_accumulate) or staged in local memory by the work-group
- * (lds_products, lds_accumulate):
+/* The chunk's two products:
  *   PRODUCTS(s, a, k, k_rs, lo, hi, dim, ws): s[4*nb ..] = A K^T for the KC
  *     keys from row k (row stride k_rs) whose chunk index lies in [lo, hi)
  *     (lo < hi; rows outside read as zero, and only rows lo .. hi-1 are
- *     read: each row is clamped into the range), over `dim`: the scores Q K^T (dim DK), or
- *     dO V^T (dim DV) in the backward;
- *   ACCUMULATE(c, p, x, x_rs, lo, hi, dim, ws): c += P X for the chunk's
- *     weights p (score fragments: P V, or dS K in the backward) and the rows
- *     of x whose chunk index lies in [lo, hi) (others read as zero), over
- *     `dim` output columns. P is rounded to the 16-bit type for the product,
+ *     read: each row is clamped into the range), over `dim`: the scores Q
+ *     K^T (dim DK), or dO V^T (dim DV) in the backward; for keys in global
+ *     memory (warp_products) or staged in local memory by the work-group
+ *     (lds_products);
+ *   warp_accumulate(c, p, x, x_rs, lo, hi, dim, ws): c += P X for the
+ *     chunk's weights p (score fragments: P V, or dS K in the backward) and
+ *     the global rows of x whose chunk index lies in [lo, hi) (others read
+ *     as zero), over `dim` output columns (lds_accumulate_trans: the same
+ *     for a local tile). P is rounded to the 16-bit type for the product,
  *     as FlashAttention does. */
-#define DEFINE_CHUNK_PRODUCTS(SPACE, PRODUCTS, ACCUMULATE, KFRAG, COLS)                                           \
+#define DEFINE_CHUNK_PRODUCTS(SPACE, PRODUCTS, KFRAG)                                                              \
     inline void PRODUCTS(float *s, const word_t *a, SPACE const store_t *k, idx_t k_rs, int lo, int hi, int dim,    \
                          __local uint *ws)                                                                        \
     {                                                                                                             \
@@ -342,28 +345,28 @@ inline void warp_reset(float *m, float *l, float *acc)
                 mma16816(s + 4 * nb, a[4 * kk], a[4 * kk + 1], a[4 * kk + 2], a[4 * kk + 3], kw[2 * kk],          \
                          kw[2 * kk + 1], ws);                                                                     \
         }                                                                                                         \
-    }                                                                                                             \
-    inline void ACCUMULATE(float *c, const float *p, SPACE const store_t *x, idx_t x_rs, int lo, int hi, int dim, \
-                           __local uint *ws)                                                                      \
-    {                                                                                                             \
-        const int t = lane_id() & 3;                                                                              \
-        _Pragma("unroll") for (int kk = 0; kk < KC / 16; ++kk)                                                    \
-        {                                                                                                         \
-            const float *p0 = p + 8 * kk, *p1 = p0 + 4;                                                           \
-            const word_t a0 = pack_f32x2(p0[0], p0[1], ws), a1 = pack_f32x2(p0[2], p0[3], ws);                    \
-            const word_t a2 = pack_f32x2(p1[0], p1[1], ws), a3 = pack_f32x2(p1[2], p1[3], ws);                    \
-            const int j = 16 * kk + 2 * t;                                                                        \
-            word_t x0[16], x1[16], x8[16], x9[16];                                                                \
-            COLS(x, x_rs, clamp(j, lo, hi - 1), dim, j >= lo && j < hi, false, x0);                               \
-            COLS(x, x_rs, clamp(j + 1, lo, hi - 1), dim, j + 1 >= lo && j + 1 < hi, false, x1);                   \
-            COLS(x, x_rs, clamp(j + 8, lo, hi - 1), dim, j + 8 >= lo && j + 8 < hi, false, x8);                   \
-            COLS(x, x_rs, clamp(j + 9, lo, hi - 1), dim, j + 9 >= lo && j + 9 < hi, false, x9);                   \
-            mma_cols(c, a0, a1, a2, a3, x0, x1, x8, x9, dim, ws);                                                 \
-        }                                                                                                         \
     }
 
-DEFINE_CHUNK_PRODUCTS(__global, warp_products, warp_accumulate, load_kfrag, load_cols)
-DEFINE_CHUNK_PRODUCTS(__local, lds_products, lds_accumulate, lds_kfrag, lds_cols)
+DEFINE_CHUNK_PRODUCTS(__global, warp_products, load_kfrag)
+DEFINE_CHUNK_PRODUCTS(__local, lds_products, lds_kfrag)
+
+inline void warp_accumulate(float *c, const float *p, __global const store_t *x, idx_t x_rs, int lo, int hi, int dim,
+                            __local uint *ws)
+{
+    const int t = lane_id() & 3;
+#pragma unroll
+    for (int kk = 0; kk < KC / 16; ++kk) {
+        word_t a[4];
+        p_afrag(p, kk, a, ws);
+        const int j = 16 * kk + 2 * t;
+        word_t x0[16], x1[16], x8[16], x9[16];
+        load_cols(x, x_rs, clamp(j, lo, hi - 1), dim, j >= lo && j < hi, false, x0);
+        load_cols(x, x_rs, clamp(j + 1, lo, hi - 1), dim, j + 1 >= lo && j + 1 < hi, false, x1);
+        load_cols(x, x_rs, clamp(j + 8, lo, hi - 1), dim, j + 8 >= lo && j + 8 < hi, false, x8);
+        load_cols(x, x_rs, clamp(j + 9, lo, hi - 1), dim, j + 9 >= lo && j + 9 < hi, false, x9);
+        mma_cols(c, a[0], a[1], a[2], a[3], x0, x1, x8, x9, dim, ws);
+    }
+}
 
 inline void warp_scores(float *s, const word_t *qa, __global const store_t *k, idx_t k_rs, int lo, int hi,
                         __local uint *ws)

@@ -105,15 +105,16 @@ static size_t topk_warp_bytes(const int *v, const tune_problem *pb)
 
 /* Element strides of the staged rows (multiples of 8 elements: the kernels
  * read whole chunks of 8). A tile read both ways (as K or Q in a backward:
- * lds_products and lds_accumulate) is unpadded where its rows are a
+ * lds_products and lds_accumulate_trans) is unpadded where its rows are a
  * multiple of 64 elements, which the kernels take as the sign to swizzle it
  * (warp_attn.h's tile_col): both reads are then free of bank conflicts
  * (16-bit elements). Otherwise rows are padded for the way each tile is
- * read most, and not swizzled: a K row is read by 8 lanes at once (two
- * rows, 16 bytes each from 4 lanes): rows 16 words apart modulo 32 banks
- * fall in disjoint banks; a V row: 4 rows 2 apart at once; 4 words modulo
- * 16 leaves 2-way conflicts, the fewest 16-byte rows allow (8 words for
- * 4-byte elements, whose chunks are 32 bytes). */
+ * read, and not swizzled: a K row is read by 8 lanes at once (two rows, 16
+ * bytes each from 4 lanes): rows 16 words apart modulo 32 banks fall in
+ * disjoint banks; a V row by ldmatrix, one 16-byte chunk of 8 consecutive
+ * rows at once: rows 4 words apart modulo 16 put the 8 chunks in distinct
+ * banks (8 words for 4-byte elements, whose chunks are 32 bytes and which
+ * are read element by element). */
 void tune_warp_rows(int dk, int dv, int elem_bytes, bool both_ways, int *krow, int *vrow)
 {
     const int epw = 4 / elem_bytes;                  /* elements per 4-byte word */

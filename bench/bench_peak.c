@@ -7,7 +7,9 @@
  * (independent fma chains), and on NVIDIA devices of
  * compute capability 8.0 and later the tensor-core rate of a warp-level
  * mma.sync.m16n8k16 (bf16 in, f32 accumulate) through inline PTX, as issue
- * 6's fast path would use it. Each figure is the best of --repeat timed
+ * 6's fast path would use it, and the SM cycles one warp alone spends per
+ * such product with 1, 2 and 4 independent chains (its latency, and how
+ * many chains a warp needs to keep its tensor core busy). Each figure is the best of --repeat timed
  * runs (profiling events) after a warm-up: a peak, not a typical rate.
  *
  *   bench_peak [--mib 1024] [--l2-mib 16] [--repeat 5] [--json out.json]
@@ -58,9 +60,52 @@ static const char *source =
     "    float s = 0; for (int k = 0; k < CH; ++k) s += c[k][0] + c[k][1] + c[k][2] + c[k][3];\n"
     "    out[get_global_id(0)] = s;\n"
     "}\n"
+    /* one warp, N dependent chains of LAT_ITER products each: its SM cycles
+     * (%clock, read once the last product is done) per product */
+    "#define MMA_CHAIN(NAME, N) __kernel void NAME(__global uint *out, uint seed) { \\\n"
+    "    float c[N][4]; uint a = 0x3c003c00u ^ (seed & 0xffu), b = 0x3c003c00u ^ get_local_id(0), t0, t1; \\\n"
+    "    for (int k = 0; k < N; ++k) c[k][0] = c[k][1] = c[k][2] = c[k][3] = 0.0f; \\\n"
+    "    asm volatile(\"mov.u32 %0, %%clock;\" : \"=r\"(t0)); \\\n"
+    "    for (int i = 0; i < LAT_ITER; ++i) \\\n"
+    "        for (int k = 0; k < N; ++k) \\\n"
+    "            asm volatile(\"mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 \" \\\n"
+    "                         \"{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\" \\\n"
+    "                         : \"+f\"(c[k][0]), \"+f\"(c[k][1]), \"+f\"(c[k][2]), \"+f\"(c[k][3]) \\\n"
+    "                         : \"r\"(a), \"r\"(b), \"r\"(a), \"r\"(b), \"r\"(a), \"r\"(b)); \\\n"
+    "    float s = 0; for (int k = 0; k < N; ++k) s += c[k][0] + c[k][1] + c[k][2] + c[k][3]; \\\n"
+    "    asm volatile(\"add.f32 %1, %1, 0f00000000;\\n\\tmov.u32 %0, %%clock;\" : \"=r\"(t1), \"+f\"(s)); \\\n"
+    "    if (get_local_id(0) == 0) out[get_group_id(0)] = s == 12345.0f ? 0u : t1 - t0; \\\n"
+    "}\n"
+    "MMA_CHAIN(mma_chain1, 1)\n"
+    "MMA_CHAIN(mma_chain2, 2)\n"
+    "MMA_CHAIN(mma_chain4, 4)\n"
     "#endif\n";
 
-enum { ITER = 4096, CH = 8, PASSES = 32 };
+enum { ITER = 4096, CH = 8, PASSES = 32, LAT_ITER = 1024 };
+
+/* The SM cycles one warp alone on its SM spends per mma.sync with n
+ * independent accumulator chains (kernel mma_chain<n>): the latency of one
+ * product for n = 1, the issue interval of the SM quarter's tensor core once
+ * n chains cover the latency. Mean over the work-groups, one per unit. */
+static double mma_cycles(cl_command_queue q, cl_program p, cl_mem out, cl_uint units, int n)
+{
+    char name[32];
+    snprintf(name, sizeof name, "mma_chain%d", n);
+    cl_int err;
+    cl_kernel k = clCreateKernel(p, name, &err);
+    const cl_uint seed = 3;
+    clSetKernelArg(k, 0, sizeof out, &out);
+    clSetKernelArg(k, 1, sizeof seed, &seed);
+    const size_t local = 32, global = 32 * (size_t)units;
+    clEnqueueNDRangeKernel(q, k, 1, NULL, &global, &local, 0, NULL, NULL);
+    cl_uint *cyc = malloc(units * sizeof *cyc);
+    double sum = 0;
+    if (cyc && clEnqueueReadBuffer(q, out, CL_TRUE, 0, units * sizeof *cyc, cyc, 0, NULL, NULL) == CL_SUCCESS)
+        for (cl_uint i = 0; i < units; ++i) sum += cyc[i];
+    free(cyc);
+    clReleaseKernel(k);
+    return sum / units / ((double)LAT_ITER * n);
+}
 
 static test_env env;
 
@@ -104,7 +149,8 @@ int main(int argc, char **argv)
     cl_command_queue q = clCreateCommandQueue(env.cl, env.device, CL_QUEUE_PROFILING_ENABLE, &err);
     cl_program p = clCreateProgramWithSource(env.cl, 1, &source, NULL, &err);
     char opts[128];
-    snprintf(opts, sizeof opts, "-DITER=%d -DCH=%d -DPASSES=%d -DMMA=%d", ITER, CH, PASSES, mma ? 1 : 0);
+    snprintf(opts, sizeof opts, "-DITER=%d -DCH=%d -DPASSES=%d -DLAT_ITER=%d -DMMA=%d", ITER, CH, PASSES, LAT_ITER,
+             mma ? 1 : 0);
     if (clBuildProgram(p, 1, &env.device, opts, NULL, NULL) != CL_SUCCESS) {
         char log[8192] = "";
         clGetProgramBuildInfo(p, env.device, CL_PROGRAM_BUILD_LOG, sizeof log, log, NULL);
@@ -137,8 +183,9 @@ int main(int argc, char **argv)
     clSetKernelArg(fk, 1, sizeof x, &x);
     const double fma_ms = best_ms(q, fk, lanes, wg, repeat);
     const double fma_tflops = 2.0 * 8 * ITER * (double)lanes / (fma_ms * 1e-3) / 1e12;
-    double mma_ms = -1, mma_tflops = -1;
+    double mma_ms = -1, mma_tflops = -1, chain_cycles[3] = {-1, -1, -1};
     if (mma) {
+        for (int i = 0; i < 3; ++i) chain_cycles[i] = mma_cycles(q, p, out, di->compute_units, 1 << i);
         cl_kernel mk = clCreateKernel(p, "mma_peak", &err);
         const cl_uint seed = 1;
         clSetKernelArg(mk, 0, sizeof out, &out);
@@ -153,15 +200,19 @@ int main(int argc, char **argv)
     printf("%-44s %10.1f GB/s  (%.3f ms, %d MiB x %d)\n", "L2 read bandwidth (float4 reads)", l2_gbs, l2_ms, l2_mib,
            PASSES);
     printf("%-44s %10.2f TFLOP/s (%.3f ms)\n", "FP32 FMA", fma_tflops, fma_ms);
-    if (mma) printf("%-44s %10.2f TFLOP/s (%.3f ms)\n", "tensor cores, mma.sync m16n8k16 bf16 -> f32", mma_tflops, mma_ms);
-    else printf("%-44s %10s\n", "tensor cores (NVIDIA sm_80+ only)", "n/a");
+    if (mma) {
+        printf("%-44s %10.2f TFLOP/s (%.3f ms)\n", "tensor cores, mma.sync m16n8k16 bf16 -> f32", mma_tflops, mma_ms);
+        printf("%-44s %10.1f / %.1f / %.1f SM cycles per mma\n", "one warp alone, 1 / 2 / 4 independent chains",
+               chain_cycles[0], chain_cycles[1], chain_cycles[2]);
+    } else printf("%-44s %10s\n", "tensor cores (NVIDIA sm_80+ only)", "n/a");
     if (json) {
         FILE *f = fopen(json, "w");
         if (f) {
             fprintf(f, "{\"device\": \"%s\", \"driver\": \"%s\", \"copy_GBps\": %.2f, \"l2_read_GBps\": %.2f, "
                        "\"l2_mib\": %d, \"fp32_fma_TFLOPs\": %.3f, "
-                       "\"mma_bf16_TFLOPs\": %.3f}\n",
-                    di->name, di->driver_version, gbs, l2_gbs, l2_mib, fma_tflops, mma_tflops);
+                       "\"mma_bf16_TFLOPs\": %.3f, \"mma_cycles_1_2_4_chains\": [%.2f, %.2f, %.2f]}\n",
+                    di->name, di->driver_version, gbs, l2_gbs, l2_mib, fma_tflops, mma_tflops, chain_cycles[0],
+                    chain_cycles[1], chain_cycles[2]);
             fclose(f);
         }
     }

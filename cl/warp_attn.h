@@ -28,6 +28,9 @@
  * lane's part of the running sum l.
  */
 
+#ifndef V_EARLY
+#define V_EARLY 0
+#endif
 #define QA_WORDS (DK / 4)
 #define ACC_N (DV / 2)
 #define LOG2E 1.4426950408889634f
@@ -350,21 +353,35 @@ inline void warp_reset(float *m, float *l, float *acc)
 DEFINE_CHUNK_PRODUCTS(__global, warp_products, load_kfrag)
 DEFINE_CHUNK_PRODUCTS(__local, lds_products, lds_kfrag)
 
+/* warp_accumulate one k-step kk at a time: the words of the 4 rows a lane
+ * reads for it (16kk + 2t, +1, +8, +9; load_cols, dim/16 <= COL_WORDS
+ * words each), then its products. */
+#define COL_WORDS ((DK > DV ? DK : DV) / 16)
+inline void load_step_cols(word_t xs[4][COL_WORDS], __global const store_t *x, idx_t x_rs, int kk, int lo, int hi, int dim)
+{
+    const int j0 = 16 * kk + 2 * (lane_id() & 3);
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+        const int j = j0 + (i & 1) + 8 * (i >> 1);
+        load_cols(x, x_rs, clamp(j, lo, hi - 1), dim, j >= lo && j < hi, false, xs[i]);
+    }
+}
+
+inline void mma_step_cols(float *c, const float *p, int kk, word_t xs[4][COL_WORDS], int dim, __local uint *ws)
+{
+    word_t a[4];
+    p_afrag(p, kk, a, ws);
+    mma_cols(c, a[0], a[1], a[2], a[3], xs[0], xs[1], xs[2], xs[3], dim, ws);
+}
+
 inline void warp_accumulate(float *c, const float *p, __global const store_t *x, idx_t x_rs, int lo, int hi, int dim,
                             __local uint *ws)
 {
-    const int t = lane_id() & 3;
 #pragma unroll
     for (int kk = 0; kk < KC / 16; ++kk) {
-        word_t a[4];
-        p_afrag(p, kk, a, ws);
-        const int j = 16 * kk + 2 * t;
-        word_t x0[16], x1[16], x8[16], x9[16];
-        load_cols(x, x_rs, clamp(j, lo, hi - 1), dim, j >= lo && j < hi, false, x0);
-        load_cols(x, x_rs, clamp(j + 1, lo, hi - 1), dim, j + 1 >= lo && j + 1 < hi, false, x1);
-        load_cols(x, x_rs, clamp(j + 8, lo, hi - 1), dim, j + 8 >= lo && j + 8 < hi, false, x8);
-        load_cols(x, x_rs, clamp(j + 9, lo, hi - 1), dim, j + 9 >= lo && j + 9 < hi, false, x9);
-        mma_cols(c, a[0], a[1], a[2], a[3], x0, x1, x8, x9, dim, ws);
+        word_t xs[4][COL_WORDS];
+        load_step_cols(xs, x, x_rs, kk, lo, hi, dim);
+        mma_step_cols(c, p, kk, xs, dim, ws);
     }
 }
 
@@ -431,20 +448,36 @@ inline bool warp_softmax(float *s, const float *mx, float *m, float *l, float *a
 }
 
 /* One chunk of the online softmax: keys k, v (row strides k_rs, v_rs) at
- * chunk positions 0 .. KC-1, of which row r (gq, gq+8) sees [lo_r, hi_r). */
+ * chunk positions 0 .. KC-1, of which row r (gq, gq+8) sees [lo_r, hi_r).
+ * With V_EARLY (set by the host) the chunk's V rows are loaded with its K
+ * rows, before Q K^T, so that their latency passes under the products and
+ * the softmax: KC/4 * DV/16 more words a lane (32 at KC = 16). The forward
+ * without the top-k gains (selected branch with given indices at 64k on
+ * the H200: 16.6 -> 16.2 ms); the one with it, which keeps the top-k's
+ * state live too, did not (26.7 -> 27.0 ms). */
 inline void warp_attend_chunk(const word_t *qa, float *m, float *l, float *acc, __global const store_t *k, idx_t k_rs,
                               __global const store_t *v, idx_t v_rs, int lo0, int hi0, int lo1, int hi1,
                               float scale_log2, __local uint *ws)
 {
     const int lo = min(lo0, lo1), hi = max(hi0, hi1);
     float s[KC / 2], mx[2], alpha[2];
+#if V_EARLY
+    word_t xs[KC / 16][4][COL_WORDS];
+#pragma unroll
+    for (int kk = 0; kk < KC / 16; ++kk) load_step_cols(xs[kk], v, v_rs, kk, lo, hi, DV);
+#endif
     warp_scores(s, qa, k, k_rs, lo, hi, ws);
     warp_mask(s, scale_log2, lo0, hi0, lo1, hi1, mx);
     if (warp_softmax(s, mx, m, l, alpha, ws)) {
 #pragma unroll
         for (int i = 0; i < ACC_N; ++i) acc[i] *= alpha[(i >> 1) & 1];
     }
+#if V_EARLY
+#pragma unroll
+    for (int kk = 0; kk < KC / 16; ++kk) mma_step_cols(acc, s, kk, xs[kk], DV, ws);
+#else
     warp_accumulate(acc, s, v, v_rs, lo, hi, DV, ws);
+#endif
 }
 
 /* Attends the rows to n keys from row k0 / v0, all rows seeing all of them. */

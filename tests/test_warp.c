@@ -82,7 +82,7 @@ static bool topk_fused(const nsa_case *c)
 static void test_forward(void **state)
 {
     (void)state;
-    bool ran = false, topk_kernel = false, fused = false;
+    bool ran = false, topk_kernel = false, fused = false, unfused = false;
     for (size_t i = 0; i < warp_case_count; ++i) {
         const nsa_case *c = &warp_cases[i];
         if (!nsa_case_selected(c->name)) continue;
@@ -93,11 +93,13 @@ static void test_forward(void **state)
         nsa_check_forward(&r);
         ran = true;
         if (r.topk_ran) *(topk_fused(c) ? &fused : &topk_kernel) = true;
+        if (!r.topk_ran || !topk_fused(c)) unfused = true;
         nsa_run_free(&r);
     }
     if (ran) assert_true(built("nsa_fwd_warp.cl"));
     if (topk_kernel) assert_true(built("nsa_topk_warp.cl"));
     if (fused) assert_true(built("#define FUSED_TOPK 1\n")); /* the forward that runs the top-k itself */
+    if (unfused) assert_true(built("#define V_EARLY 1\n"));  /* the forward without it loads V with K */
 }
 
 /* Mesa (rusticl): the library refuses the emulated backward, whose dk/dv

@@ -9,8 +9,9 @@
  * mma.sync.m16n8k16 (bf16 in, f32 accumulate) through inline PTX, as issue
  * 6's fast path would use it, and the SM cycles one warp alone spends per
  * such product with 1, 2 and 4 independent chains (its latency, and how
- * many chains a warp needs to keep its tensor core busy). Each figure is the best of --repeat timed
- * runs (profiling events) after a warm-up: a peak, not a typical rate.
+ * many chains a warp needs to keep its tensor core busy). Each rate is the
+ * best of --repeat timed runs (profiling events) after a warm-up: a peak,
+ * not a typical rate.
  *
  *   bench_peak [--mib 1024] [--l2-mib 16] [--repeat 5] [--json out.json]
  * The device is CLNSA_TEST_DEVICE ("P:D" or a platform-name word) or the

@@ -54,7 +54,10 @@ if on tests; then
     [ -d "$golden" ] && export CLNSA_GOLDEN_DIR=$golden # else test_golden skips
     for t in ${TESTS:-test_warp test_blocksparse test_nsa_fwd test_nsa_bwd test_golden test_api test_guard test_robust test_faults}; do
         echo "== $t (NVIDIA OpenCL)"
-        (cd build-gpu && CLNSA_EXE=$PWD/clnsa timeout 300 "tests/$t" 2>&1 | grep -E "rel L2|error|Error|FAILED|PASSED|differ|warp kernels" | head -20)
+        # the first 20 figures, then always the verdict (a long figure list hid it)
+        (cd build-gpu && CLNSA_EXE=$PWD/clnsa timeout 300 "tests/$t" > "$R/$t.log" 2>&1; echo "exit status $?" >> "$R/$t.log")
+        grep -E "rel L2|error|Error|differ|warp kernels" "$R/$t.log" | head -20
+        grep -E "FAILED|PASSED|exit status" "$R/$t.log"
     done
 fi
 

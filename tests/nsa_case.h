@@ -38,6 +38,7 @@ typedef struct {
     clnsa_nsa_inputs in;
     clnsa_nsa_outputs out;
     cl_mem o_m, lse_m[3], bi_m, ws;
+    bool lse_dropped; /* nsa_run_drop_lse */
     cl_mem ob_m[3]; /* saved branch outputs (nsa_run_save_branches), else NULL */
     /* after nsa_run_forward: device results */
     double *o, *lse[3], *ob[3];
@@ -55,6 +56,8 @@ void nsa_run_setup(const test_env *env, nsa_run *r, const nsa_case *c, uint64_t 
  * branches that are on), which the backward then reads instead of
  * recomputing them. */
 void nsa_run_save_branches(const test_env *env, nsa_run *r);
+/* Asks the forward for no lse (inference): the checks then skip them. */
+void nsa_run_drop_lse(nsa_run *r);
 /* Runs the forward on the device (asserting success) and reads the results. */
 void nsa_run_forward(const test_env *env, nsa_run *r);
 /* The reference inputs for this run: with the device's block indices. */

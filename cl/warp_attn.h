@@ -31,9 +31,6 @@
 #ifndef V_EARLY
 #define V_EARLY 0
 #endif
-#ifndef FULL_CHUNKS
-#define FULL_CHUNKS 0
-#endif
 #define QA_WORDS (DK / 4)
 #define ACC_N (DV / 2)
 #define LOG2E 1.4426950408889634f
@@ -484,22 +481,23 @@ inline void warp_attend_chunk(const word_t *qa, float *m, float *l, float *acc, 
 }
 
 /* Attends the rows to n keys from row k0 / v0, all rows seeing all of them.
- * With FULL_CHUNKS (set by the host), a whole chunk (every one but a
- * range's last) goes through a call of its own, whose bounds are
- * constants: the compiler then drops the per-row clamps and the zeroing of
- * every loaded word (64 SELs), 207 instructions a chunk instead of 295 in
- * the selected forward's SASS. Measured at 64k on the H200 (2026-11-25):
- * that forward with given indices 16.2 -> 15.5 ms, the one after the
- * separate top-k 15.8 -> 15.0. The forward that runs the top-k went to 194
- * registers and 26.6 -> 31.1 ms, and dq's loop, split the same way, 30.4
- * -> 31.7 ms: the host sets it only for the forward without the top-k. */
+ * With `whole` (a constant at each call: the host's FULL_CHUNKS says which
+ * branches), a whole chunk (every one but a range's last) goes through a
+ * call of its own, whose bounds are constants: the compiler then drops the
+ * per-row clamps and the zeroing of every loaded word (64 SELs), 207
+ * instructions a chunk instead of 295 in the selected forward's SASS.
+ * Measured at 64k on the H200 (2026-11-25): the forward with given indices
+ * 16.2 -> 15.5 ms, the one after the separate top-k 15.8 -> 15.0 (every
+ * branch split); the forward that runs the top-k 26.7 -> 26.2 with its
+ * selected branch split, but 194 registers and 31.1 ms with every branch
+ * split. dq's loop, split the same way, went 30.4 -> 31.7 ms. */
 inline void warp_attend_range(const word_t *qa, float *m, float *l, float *acc, __global const store_t *k, idx_t k_rs,
-                              __global const store_t *v, idx_t v_rs, int n, float scale_log2, __local uint *ws)
+                              __global const store_t *v, idx_t v_rs, int n, float scale_log2, int whole, __local uint *ws)
 {
     for (int c0 = 0; c0 < n; c0 += KC) {
         const int hi = min(KC, n - c0);
         __global const store_t *kc0 = k + (idx_t)c0 * k_rs, *vc0 = v + (idx_t)c0 * v_rs;
-        if (FULL_CHUNKS && hi == KC) warp_attend_chunk(qa, m, l, acc, kc0, k_rs, vc0, v_rs, 0, KC, 0, KC, scale_log2, ws);
+        if (whole && hi == KC) warp_attend_chunk(qa, m, l, acc, kc0, k_rs, vc0, v_rs, 0, KC, 0, KC, scale_log2, ws);
         else warp_attend_chunk(qa, m, l, acc, kc0, k_rs, vc0, v_rs, 0, hi, 0, hi, scale_log2, ws);
     }
 }

@@ -137,10 +137,12 @@ clnsa_status nsa_plan_query_kernel(clnsa_context *ctx, op_plan *p, const nsa_pro
         if (fused)
             append(defines, sizeof defines, strlen(defines), "#define FUSED_TOPK 1\n#define JB %d\n#define PC_MAX %lld\n",
                    pb->topk_jb, (long long)pb->topk_pc_max);
-        /* V rows loaded with K rows, whole chunks unguarded (warp_attn.h):
-         * gains where the top-k does not share the kernel's registers */
-        append(defines, sizeof defines, strlen(defines), "#define V_EARLY %d\n#define FULL_CHUNKS %d\n",
-               kind == ATTN_FWD && !fused, kind == ATTN_FWD && !fused);
+        /* V rows loaded with K rows, and whole chunks unguarded in every
+         * branch (warp_attn.h): gains where the top-k does not share the
+         * kernel's registers; with it, only the selected branch's chunks */
+        const bool lean = kind == ATTN_FWD && !fused;
+        append(defines, sizeof defines, strlen(defines), "#define V_EARLY %d\n#define FULL_CHUNKS %d\n", lean,
+               lean ? 3 : fused ? 1 : 0);
         files = kind == ATTN_DQ ? dq_warp_files : fused ? fused_fwd_warp_files : fwd_warp_files;
         wg = wp.wg;
         g[0] = 32 * (size_t)pb->T * (size_t)((pb->G + 15) / 16);

@@ -19,9 +19,9 @@
  * HAS_SWA, HAS_COUNTS, BS, S, CMP_L, CMP_D, WINDOW, BWD_PRE, OUT_VEC (o's
  * rows aligned for vector stores), SAVE_VEC (likewise the saved branch
  * outputs'), FUSED_TOPK (then nsa_topk_warp.h and its JB, PC_MAX,
- * INIT_BLOCKS, LOCAL_BLOCKS), V_EARLY, FULL_CHUNKS (warp_attn.h: the
- * branches whose whole chunks run unguarded, bit 0 the selected one, bit 1
- * the compressed and window ones).
+ * INIT_BLOCKS, LOCAL_BLOCKS), V_EARLY, WHOLE_SLC and WHOLE_CMP_SWA (the
+ * branches whose whole chunks run unguarded: warp_attn.h's
+ * warp_attend_range).
  * NDRange: (32 * NW * ceil(T*NGT / NW), H, B); warp w of group x owns token
  * (x*NW + w) / NGT and head tile (x*NW + w) % NGT.
  */
@@ -134,7 +134,7 @@ __kernel __attribute__((reqd_work_group_size(NW * WARP, 1, 1))) void nsa_fwd(
 #if HAS_CMP
     warp_reset(m, l, acc);
     warp_attend_range(qa, m, l, acc, kc + at4(kc_off, kc_st, b, row0, h, 0), kc_st.y,
-                      vc + at4(vc_off, vc_st, b, row0, h, 0), vc_st.y, nvis, sl2, FULL_CHUNKS & 2, ws);
+                      vc + at4(vc_off, vc_st, b, row0, h, 0), vc_st.y, nvis, sl2, WHOLE_CMP_SWA, ws);
     DONE(cmp, c);
 #endif
 
@@ -167,7 +167,7 @@ __kernel __attribute__((reqd_work_group_size(NW * WARP, 1, 1))) void nsa_fwd(
 #endif
             if (r.y == 0) continue; /* the same for the whole warp */
             warp_attend_range(qa, m, l, acc, kb + (idx_t)r.x * k_st.y, k_st.y, vb + (idx_t)r.x * v_st.y, v_st.y, r.y,
-                              sl2, FULL_CHUNKS & 1, ws);
+                              sl2, WHOLE_SLC, ws);
         }
     }
     DONE(slc, s);
@@ -179,7 +179,7 @@ __kernel __attribute__((reqd_work_group_size(NW * WARP, 1, 1))) void nsa_fwd(
         const int key0 = swa_key0(tl);
         __global const store_t *kb = k + at4(k_off, k_st, b, sq.start + key0, h, 0);
         __global const store_t *vb = v + at4(v_off, v_st, b, sq.start + key0, h, 0);
-        warp_attend_range(qa, m, l, acc, kb, k_st.y, vb, v_st.y, live ? tl + 1 - key0 : 0, sl2, FULL_CHUNKS & 2, ws);
+        warp_attend_range(qa, m, l, acc, kb, k_st.y, vb, v_st.y, live ? tl + 1 - key0 : 0, sl2, WHOLE_CMP_SWA, ws);
     }
     DONE(swa, w);
 #endif

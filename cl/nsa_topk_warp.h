@@ -135,7 +135,7 @@ inline void topk_lse(const word_t *qa, int tile, __global const store_t *k, idx_
     for (int c0 = 0; c0 < n; c0 += KC) {
         const int hi = min(KC, n - c0);
         warp_scores(s, qa, k + (idx_t)c0 * k_rs, k_rs, 0, hi, ws);
-        warp_mask(s, sl2, 0, hi, 0, hi, mx);
+        warp_mask(s, sl2, hi, mx);
         warp_softmax(s, mx, m, l, alpha, ws);
     }
     const int gq = lane_id() >> 2;
@@ -182,7 +182,7 @@ inline void topk_select(word_t *qa, __global const store_t *qh, idx_t hs, const 
             for (int tile = 0; tile < NGT; ++tile) {
                 if (NGT > 1) topk_queries(qh, hs, tile, qa);
                 warp_scores(s, qa, kb + (idx_t)(i_lo + k0) * k_rs, k_rs, 0, hi, ws);
-                warp_mask(s, sl2, 0, hi, 0, hi, mx);
+                warp_mask(s, sl2, hi, mx);
                 topk_add_probs(s, lse2 + 2 * tile, colp);
             }
 #pragma unroll

@@ -391,9 +391,9 @@ inline void warp_scores(float *s, const word_t *qa, __global const store_t *k, i
     warp_products(s, qa, k, k_rs, lo, hi, DK, ws);
 }
 
-/* Scales the scores to log2 units, masks chunk columns outside [lo_r, hi_r)
- * of row r (-inf), and returns the row maxima of the lane's values. */
-inline void warp_mask(float *s, float scale_log2, int lo0, int hi0, int lo1, int hi1, float *mx)
+/* Scales the scores to log2 units, masks chunk columns n and later (-inf),
+ * and returns the row maxima of the lane's values. */
+inline void warp_mask(float *s, float scale_log2, int n, float *mx)
 {
     const int t = lane_id() & 3;
     mx[0] = mx[1] = -INFINITY;
@@ -402,8 +402,8 @@ inline void warp_mask(float *s, float scale_log2, int lo0, int hi0, int lo1, int
 #pragma unroll
         for (int e = 0; e < 2; ++e) {
             const int j = 8 * nb + 2 * t + e;
-            const float s0 = j >= lo0 && j < hi0 ? s[4 * nb + e] * scale_log2 : -INFINITY;
-            const float s1 = j >= lo1 && j < hi1 ? s[4 * nb + 2 + e] * scale_log2 : -INFINITY;
+            const float s0 = j < n ? s[4 * nb + e] * scale_log2 : -INFINITY;
+            const float s1 = j < n ? s[4 * nb + 2 + e] * scale_log2 : -INFINITY;
             s[4 * nb + e] = s0;
             s[4 * nb + 2 + e] = s1;
             mx[0] = fmax(mx[0], s0);
@@ -448,7 +448,7 @@ inline bool warp_softmax(float *s, const float *mx, float *m, float *l, float *a
 }
 
 /* One chunk of the online softmax: keys k, v (row strides k_rs, v_rs) at
- * chunk positions 0 .. KC-1, of which row r (gq, gq+8) sees [lo_r, hi_r).
+ * chunk positions 0 .. n-1 (n <= KC), seen by every row.
  * With V_EARLY (set by the host) the chunk's V rows are loaded with its K
  * rows, before Q K^T, so that their latency passes under the products and
  * the softmax: KC/4 * DV/16 more words a lane (32 at KC = 16). The forward
@@ -456,18 +456,16 @@ inline bool warp_softmax(float *s, const float *mx, float *m, float *l, float *a
  * the H200: 16.6 -> 16.2 ms); the one with it, which keeps the top-k's
  * state live too, did not (26.7 -> 27.0 ms). */
 inline void warp_attend_chunk(const word_t *qa, float *m, float *l, float *acc, __global const store_t *k, idx_t k_rs,
-                              __global const store_t *v, idx_t v_rs, int lo0, int hi0, int lo1, int hi1,
-                              float scale_log2, __local uint *ws)
+                              __global const store_t *v, idx_t v_rs, int n, float scale_log2, __local uint *ws)
 {
-    const int lo = min(lo0, lo1), hi = max(hi0, hi1);
     float s[KC / 2], mx[2], alpha[2];
 #if V_EARLY
     word_t xs[KC / 16][4][COL_WORDS];
 #pragma unroll
-    for (int kk = 0; kk < KC / 16; ++kk) load_step_cols(xs[kk], v, v_rs, kk, lo, hi, DV);
+    for (int kk = 0; kk < KC / 16; ++kk) load_step_cols(xs[kk], v, v_rs, kk, 0, n, DV);
 #endif
-    warp_scores(s, qa, k, k_rs, lo, hi, ws);
-    warp_mask(s, scale_log2, lo0, hi0, lo1, hi1, mx);
+    warp_scores(s, qa, k, k_rs, 0, n, ws);
+    warp_mask(s, scale_log2, n, mx);
     if (warp_softmax(s, mx, m, l, alpha, ws)) {
 #pragma unroll
         for (int i = 0; i < ACC_N; ++i) acc[i] *= alpha[(i >> 1) & 1];
@@ -476,13 +474,13 @@ inline void warp_attend_chunk(const word_t *qa, float *m, float *l, float *acc, 
 #pragma unroll
     for (int kk = 0; kk < KC / 16; ++kk) mma_step_cols(acc, s, kk, xs[kk], DV, ws);
 #else
-    warp_accumulate(acc, s, v, v_rs, lo, hi, DV, ws);
+    warp_accumulate(acc, s, v, v_rs, 0, n, DV, ws);
 #endif
 }
 
 /* Attends the rows to n keys from row k0 / v0, all rows seeing all of them.
- * With `whole` (a constant at each call: the host's FULL_CHUNKS says which
- * branches), a whole chunk (every one but a range's last) goes through a
+ * With `whole` (a constant at each call: the host's WHOLE_SLC and
+ * WHOLE_CMP_SWA say which branches), a whole chunk (every one but a range's last) goes through a
  * call of its own, whose bounds are constants: the compiler then drops the
  * per-row clamps and the zeroing of every loaded word (64 SELs), 207
  * instructions a chunk instead of 295 in the selected forward's SASS.
@@ -497,8 +495,8 @@ inline void warp_attend_range(const word_t *qa, float *m, float *l, float *acc, 
     for (int c0 = 0; c0 < n; c0 += KC) {
         const int hi = min(KC, n - c0);
         __global const store_t *kc0 = k + (idx_t)c0 * k_rs, *vc0 = v + (idx_t)c0 * v_rs;
-        if (whole && hi == KC) warp_attend_chunk(qa, m, l, acc, kc0, k_rs, vc0, v_rs, 0, KC, 0, KC, scale_log2, ws);
-        else warp_attend_chunk(qa, m, l, acc, kc0, k_rs, vc0, v_rs, 0, hi, 0, hi, scale_log2, ws);
+        if (whole && hi == KC) warp_attend_chunk(qa, m, l, acc, kc0, k_rs, vc0, v_rs, KC, scale_log2, ws);
+        else warp_attend_chunk(qa, m, l, acc, kc0, k_rs, vc0, v_rs, hi, scale_log2, ws);
     }
 }
 

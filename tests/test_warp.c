@@ -101,9 +101,9 @@ static void test_forward(void **state)
     if (ran) assert_true(built("nsa_fwd_warp.cl"));
     if (topk_kernel) assert_true(built("nsa_topk_warp.cl"));
     if (fused) /* the forward that runs the top-k itself, whole chunks unguarded in its selected branch */
-        assert_true(built("#define FUSED_TOPK 1\n") && built("#define V_EARLY 0\n#define FULL_CHUNKS 1\n"));
+        assert_true(built("#define FUSED_TOPK 1\n") && built("#define V_EARLY 0\n#define WHOLE_SLC 1\n#define WHOLE_CMP_SWA 0\n"));
     if (unfused) /* the forward without it loads V with K and runs whole chunks unguarded in every branch */
-        assert_true(built("#define V_EARLY 1\n#define FULL_CHUNKS 3\n"));
+        assert_true(built("#define V_EARLY 1\n#define WHOLE_SLC 1\n#define WHOLE_CMP_SWA 1\n"));
 }
 
 /* Mesa (rusticl): the library refuses the emulated backward, whose dk/dv

@@ -141,8 +141,8 @@ clnsa_status nsa_plan_query_kernel(clnsa_context *ctx, op_plan *p, const nsa_pro
          * branch (warp_attn.h): gains where the top-k does not share the
          * kernel's registers; with it, only the selected branch's chunks */
         const bool lean = kind == ATTN_FWD && !fused;
-        append(defines, sizeof defines, strlen(defines), "#define V_EARLY %d\n#define FULL_CHUNKS %d\n", lean,
-               lean ? 3 : fused ? 1 : 0);
+        append(defines, sizeof defines, strlen(defines), "#define V_EARLY %d\n#define WHOLE_SLC %d\n#define WHOLE_CMP_SWA %d\n",
+               lean, lean || fused, lean);
         files = kind == ATTN_DQ ? dq_warp_files : fused ? fused_fwd_warp_files : fwd_warp_files;
         wg = wp.wg;
         g[0] = 32 * (size_t)pb->T * (size_t)((pb->G + 15) / 16);

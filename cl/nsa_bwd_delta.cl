@@ -6,38 +6,65 @@
  * by recomputing the three branches. A streaming pass over do and the o_b.
  *
  * A row is (batch, token, query head); a work-group takes RW heads of one
- * token, 32 lanes a row, each lane summing the dims lane, lane + 32, ...,
- * then lane 0 the 32 partial sums in order: the same result for every
- * launch (deterministic). The NDRange spells out the row, so no index is
- * split by division (whose remainder LLVM pairs into a `freeze`, which
- * Oclgrind cannot run: common.h, rem_of).
- * Defines (besides common.h): DV, HAS_CMP, HAS_SLC, HAS_SWA, RW.
+ * token, 32 lanes a row. A lane loads its dims of do once (lane, lane + 32,
+ * ...; with ROW_VEC, 4 at a time) and the same dims of every branch's o_b,
+ * all loads before the first sum so that they are in flight together, and
+ * leaves one partial sum per branch in local memory; after the one barrier, lane i < 3 adds branch i's
+ * 32 partial sums in order: the same result for every launch
+ * (deterministic). The NDRange spells out the row, so no index is split by
+ * division (whose remainder LLVM pairs into a `freeze`, which Oclgrind
+ * cannot run: common.h, rem_of).
+ * Defines (besides common.h): DV, HAS_CMP, HAS_SLC, HAS_SWA, RW, ROW_VEC.
  * NDRange (32 * RW * ceil(HQ / RW), T, B).
  */
 
 #define LANES 32
 
-/* One branch of row (b, t, hq): red is the row's LANES words of scratch. */
-inline void branch_delta(__local float *red, int lane, bool live, int b, int t, int hq,
-                         __global const store_t *dout, idx_t do_off, idx4_t do_st,
-                         __global const store_t *ob, idx_t ob_off, idx4_t ob_st,
-                         __global const store_t *gate, idx_t g_off, idx4_t g_st,
-                         __global float *dlt, idx_t dl_off, idx4_t dl_st,
-                         __global store_t *dg, idx_t dg_off, idx4_t dg_st)
+/* ROW_VEC (set by the host when do and every o_b have aligned rows and DV %
+ * 4 == 0): a lane loads 4 consecutive dims at a time, a quarter of the load
+ * instructions and index arithmetic of one dim at a time. */
+#if ROW_VEC
+#define VW 4
+typedef float4 lane_vec;
+inline float4 load_dims(__global const store_t *p, idx_t row, idx_t col_stride, int d) { return LOAD4(p, row + d); }
+inline float fma_dims(float4 a, float4 b, float c) { return fma(a.w, b.w, fma(a.z, b.z, fma(a.y, b.y, fma(a.x, b.x, c)))); }
+#else
+#define VW 1
+typedef float lane_vec;
+inline float load_dims(__global const store_t *p, idx_t row, idx_t col_stride, int d) { return LOAD(p, row + d * col_stride); }
+#define fma_dims fma
+#endif
+/* the steps of VW dims a lane takes along a row */
+#define LANE_STEPS ((DV + VW * LANES - 1) / (VW * LANES))
+
+/* The first of the VW dims a lane loads at step i (past DV: none). */
+inline int lane_dim(int lane, int i) { return VW * (lane + i * LANES); }
+
+/* This lane's partial sum of do . o_b over its dims of row (b, t, hq). */
+inline float branch_part(const lane_vec *dov, int lane, bool live, int b, int t, int hq, __global const store_t *ob,
+                         idx_t ob_off, idx4_t st)
 {
     float part = 0.0f;
+    const idx_t row = at4(ob_off, st, b, t, hq, 0);
     if (live)
-        for (int d = lane; d < DV; d += LANES)
-            part = fma(LOAD(dout, at4(do_off, do_st, b, t, hq, d)), LOAD(ob, at4(ob_off, ob_st, b, t, hq, d)), part);
-    red[lane] = part;
-    barrier(CLK_LOCAL_MEM_FENCE);
-    if (live && lane == 0) {
-        float sum = 0.0f;
-        for (int i = 0; i < LANES; ++i) sum += red[i];
-        if (dg) STORE(dg, at4(dg_off, dg_st, b, t, hq, 0), sum);
-        dlt[at4(dl_off, dl_st, b, t, hq, 0)] = LOAD(gate, at4(g_off, g_st, b, t, hq, 0)) * sum;
-    }
-    barrier(CLK_LOCAL_MEM_FENCE);
+#pragma unroll
+        for (int i = 0; i < LANE_STEPS; ++i) {
+            const int d = lane_dim(lane, i);
+            if (d < DV) part = fma_dims(dov[i], load_dims(ob, row, st.w, d), part);
+        }
+    return part;
+}
+
+/* The lane that finishes the branch: the row's sum of the LANES partial sums in red, to
+ * dg_b (when asked) and, times the gate, to D_b. */
+inline void branch_finish(__local const float *red, int b, int t, int hq, __global const store_t *gate, idx_t g_off,
+                          idx4_t g_st, __global float *dlt, idx_t dl_off, idx4_t dl_st, __global store_t *dg,
+                          idx_t dg_off, idx4_t dg_st)
+{
+    float sum = 0.0f;
+    for (int i = 0; i < LANES; ++i) sum += red[i];
+    if (dg) STORE(dg, at4(dg_off, dg_st, b, t, hq, 0), sum);
+    dlt[at4(dl_off, dl_st, b, t, hq, 0)] = LOAD(gate, at4(g_off, g_st, b, t, hq, 0)) * sum;
 }
 
 /* The arguments of one branch: its saved output, gate, D and dg. */
@@ -46,30 +73,51 @@ inline void branch_delta(__local float *red, int lane, bool live, int b, int t, 
         idx_t g_##X##_off, idx4_t g_##X##_st, __global float *d_##X, idx_t d_##X##_off, idx4_t d_##X##_st,         \
         __global store_t *dg_##X, idx_t dg_##X##_off, idx4_t dg_##X##_st
 
-#define BRANCH(X)                                                                                                   \
-    branch_delta(red, lane, live, b, t, hq, dout, do_off, do_st, o_##X, o_##X##_off, o_##X##_st, g_##X,            \
-                 g_##X##_off, g_##X##_st, d_##X, d_##X##_off, d_##X##_st, dg_##X, dg_##X##_off, dg_##X##_st)
+/* Branch X, slot I of the scratch: its partial sum, then its row sum */
+#define BRANCH_PART(X, I) red[(I) * LANES * RW + lane] = branch_part(dov, lane, live, b, t, hq, o_##X, o_##X##_off, o_##X##_st)
+#define BRANCH_FINISH(X, I)                                                                                         \
+    if (live && lane == (I))                                                                                        \
+    branch_finish(red + (I) * LANES * RW, b, t, hq, g_##X, g_##X##_off, g_##X##_st, d_##X, d_##X##_off,       \
+                  d_##X##_st, dg_##X, dg_##X##_off, dg_##X##_st)
 
 __kernel __attribute__((reqd_work_group_size(LANES * RW, 1, 1))) void nsa_bwd_delta(
     __global const store_t *dout, idx_t do_off, idx4_t do_st, BRANCH_ARGS(cmp), BRANCH_ARGS(slc),
     BRANCH_ARGS(swa), int HQ)
 {
-    __local float red_all[LANES * RW];
+    /* per branch, RW rows of LANES partial sums */
+    __local float red_all[3 * LANES * RW];
     /* unsigned: the division and remainder by 32 stay shifts and masks */
     const uint lid = get_local_id(0), slot = lid / LANES;
     const int lane = (int)(lid % LANES);
     __local float *red = red_all + slot * LANES;
     const int head = get_group_id(0) * RW + slot;
-    /* heads past HQ still reach the barriers */
+    /* heads past HQ still reach the barrier */
     const bool live = head < HQ;
     const int hq = live ? head : 0, t = get_global_id(1), b = get_global_id(2);
+    lane_vec dov[LANE_STEPS];
+    const idx_t do_row = at4(do_off, do_st, b, t, hq, 0);
+#pragma unroll
+    for (int i = 0; i < LANE_STEPS; ++i) {
+        const int d = lane_dim(lane, i);
+        dov[i] = live && d < DV ? load_dims(dout, do_row, do_st.w, d) : (lane_vec)0.0f;
+    }
 #if HAS_CMP
-    BRANCH(cmp);
+    BRANCH_PART(cmp, 0);
 #endif
 #if HAS_SLC
-    BRANCH(slc);
+    BRANCH_PART(slc, 1);
 #endif
 #if HAS_SWA
-    BRANCH(swa);
+    BRANCH_PART(swa, 2);
+#endif
+    barrier(CLK_LOCAL_MEM_FENCE);
+#if HAS_CMP
+    BRANCH_FINISH(cmp, 0);
+#endif
+#if HAS_SLC
+    BRANCH_FINISH(slc, 1);
+#endif
+#if HAS_SWA
+    BRANCH_FINISH(swa, 2);
 #endif
 }

@@ -367,7 +367,8 @@ void nsa_check_forward(const nsa_run *r)
 }
 
 /* The shapes both the forward and the backward tests run: G in {1, 2, 3, 4,
- * 16, 20}, DK != DV, T not a multiple of any block, varlen with sequences
+ * 16, 20}, DK != DV (DV = 40: more dims than a row's 32 lanes), T not a
+ * multiple of any block, varlen with sequences
  * shorter than a block (and an empty one), overlapping compression with a
  * larger selection block, block_count above the number of blocks, counts as a
  * tensor, given indices and compressed tensors, linear compression, the
@@ -379,7 +380,7 @@ static const int cu3[] = {0, 5, 5, 43, 70};
  * given_cmp, linear, pe, dtype */
 const nsa_case nsa_cases[] = {
     {"all branches G=1", 2, 37, 2, 2, 16, 16, NULL, 0, 8, 3, 8, 8, 5, 1, 2, true, true, true, false, false, false, false, false, F32, false},
-    {"G=3 DK!=DV", 1, 45, 6, 2, 24, 16, NULL, 0, 8, 4, 8, 8, 9, 1, 2, true, true, true, false, false, false, false, false, F32, false},
+    {"G=3 DK!=DV", 1, 45, 6, 2, 24, 40, NULL, 0, 8, 4, 8, 8, 9, 1, 2, true, true, true, false, false, false, false, false, F32, false},
     {"G=2 overlap 8/4 sel 16", 1, 53, 4, 2, 16, 8, NULL, 0, 16, 3, 8, 4, 0, 1, 2, true, true, false, false, false, false, false, false, F32, false},
     {"G=4 block_count > blocks", 1, 21, 8, 2, 8, 16, NULL, 0, 8, 6, 8, 8, 0, 1, 2, true, true, false, false, false, false, false, false, F32, false},
     {"G=16 one kv head", 1, 29, 16, 1, 16, 24, NULL, 0, 8, 3, 8, 8, 4, 1, 1, true, true, true, false, false, false, false, false, F32, false},

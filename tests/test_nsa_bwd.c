@@ -2,7 +2,8 @@
  * gradients (themselves checked by finite differences in test_ref), on
  * random shapes, with poisoned outputs, every other case from the forward's
  * saved branch outputs (the others recompute them); and its determinism:
- * bitwise equal gradients run after run and across work-group sizes. */
+ * bitwise equal gradients run after run and across work-group sizes; and
+ * do as a padded view. */
 #include "nsa_bwd_run.h"
 
 #include <setjmp.h>
@@ -69,11 +70,47 @@ static void test_determinism(void **state)
     nsa_run_free(&r);
 }
 
+/* do as a view of rows padded to DV + 4 (NaN in the padding): a row stride
+ * that is not a multiple of 8, so the prologue from the saved branch outputs
+ * (nsa_bwd_delta.cl) reads it one dim at a time, not 4 (ROW_VEC); the same
+ * gradients against the reference. */
+static void test_padded_dout(void **state)
+{
+    (void)state;
+    const nsa_case *c = nsa_case_named("G=3 DK!=DV");
+    assert_non_null(c);
+    if (!nsa_case_selected(c->name)) skip();
+    nsa_run r;
+    nsa_run_setup(&env, &r, c, 55);
+    nsa_run_save_branches(&env, &r);
+    nsa_run_forward(&env, &r);
+    bwd_bufs b;
+    bwd_setup(&env, &b, &r, 56);
+    const int64_t row = c->DV + 4;
+    double *padded = malloc(r.nq * (size_t)row * sizeof *padded);
+    assert_non_null(padded);
+    for (size_t i = 0; i < r.nq; ++i)
+        for (int64_t d = 0; d < row; ++d) padded[i * row + d] = d < c->DV ? b.dO.h[i * c->DV + d] : NAN;
+    cl_mem m = upload(&env, padded, r.nq * (size_t)row, c->dt, false);
+    b.dout = tensor4(m, c->dt, c->B, c->T, c->HQ, c->DV);
+    b.dout.strides[2] = row;
+    b.dout.strides[1] = c->HQ * row;
+    b.dout.strides[0] = c->T * c->HQ * row;
+    bwd_run_device(&env, &b, &r);
+    bwd_reference(&b, &r);
+    bwd_compare(&b, c);
+    clReleaseMemObject(m);
+    free(padded);
+    bwd_free(&b);
+    nsa_run_free(&r);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_cases),
         cmocka_unit_test(test_determinism),
+        cmocka_unit_test(test_padded_dout),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

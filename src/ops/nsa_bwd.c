@@ -249,8 +249,14 @@ static clnsa_status plan_delta(clnsa_context *ctx, op_plan *p, const nsa_problem
     size_t rw = ctx->info.max_work_group_size >= 256 ? 8 : 1;
     if (rw > (size_t)pb->HQ) rw = (size_t)pb->HQ;
     const size_t per_wg = 32 * rw, n = strlen(d);
-    snprintf(d + n, sizeof d - n, "#define DV %d\n#define HAS_CMP %d\n#define HAS_SLC %d\n#define HAS_SWA %d\n#define RW %zu\n",
-             pb->DV, pb->has_cmp, pb->has_slc, pb->has_swa, rw);
+    const bool on[3] = {pb->has_cmp, pb->has_slc, pb->has_swa};
+    const clnsa_tensor *saves[3] = {&x->saved->o_cmp, &x->saved->o_slc, &x->saved->o_swa};
+    /* rows read 4 dims at a time where every one of them allows it */
+    bool row_vec = pb->DV % 4 == 0 && tensor_rows_aligned(x->dout);
+    for (int b = 0; b < 3; ++b) row_vec = row_vec && (!on[b] || tensor_rows_aligned(saves[b]));
+    snprintf(d + n, sizeof d - n,
+             "#define DV %d\n#define HAS_CMP %d\n#define HAS_SLC %d\n#define HAS_SWA %d\n#define RW %zu\n#define ROW_VEC %d\n",
+             pb->DV, pb->has_cmp, pb->has_slc, pb->has_swa, rw, row_vec);
     cl_program prog;
     CHECK(program_get(ctx, delta_files, d, &prog));
     kargs a;
@@ -259,8 +265,6 @@ static clnsa_status plan_delta(clnsa_context *ctx, op_plan *p, const nsa_problem
                           pb->idx_long));
     ka_tensor(&a, x->dout);
     const clnsa_tensor none = {0};
-    const bool on[3] = {pb->has_cmp, pb->has_slc, pb->has_swa};
-    const clnsa_tensor *saves[3] = {&x->saved->o_cmp, &x->saved->o_slc, &x->saved->o_swa};
     const clnsa_tensor *gates[3] = {&x->in->g_cmp, &x->in->g_slc, &x->in->g_swa};
     const clnsa_tensor *dg[3] = {&x->gr->dg_cmp, &x->gr->dg_slc, &x->gr->dg_swa};
     for (int b = 0; b < 3; ++b) {

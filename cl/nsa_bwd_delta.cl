@@ -9,9 +9,9 @@
  * token, 32 lanes a row. A lane loads its dims of do once (lane, lane + 32,
  * ...; with ROW_VEC, 4 at a time) and the same dims of every branch's o_b,
  * all loads before the first sum so that they are in flight together, and
- * leaves one partial sum per branch in local memory; after the one barrier, lane i < 3 adds branch i's
- * 32 partial sums in order: the same result for every launch
- * (deterministic). The NDRange spells out the row, so no index is split by
+ * leaves one partial sum per branch in local memory; after the one barrier,
+ * lane i < 3 adds branch i's 32 partial sums in order: the same result for
+ * every launch (deterministic). The NDRange spells out the row, so no index is split by
  * division (whose remainder LLVM pairs into a `freeze`, which Oclgrind
  * cannot run: common.h, rem_of).
  * Defines (besides common.h): DV, HAS_CMP, HAS_SLC, HAS_SWA, RW, ROW_VEC.
@@ -20,8 +20,8 @@
 
 #define LANES 32
 
-/* ROW_VEC (set by the host when do and every o_b have aligned rows and DV %
- * 4 == 0): a lane loads 4 consecutive dims at a time, a quarter of the load
+/* ROW_VEC (set by the host when do and every o_b have aligned rows; DV is a
+ * multiple of 8, validated): a lane loads 4 consecutive dims at a time, a quarter of the load
  * instructions and index arithmetic of one dim at a time. */
 #if ROW_VEC
 #define VW 4
@@ -55,8 +55,8 @@ inline float branch_part(const lane_vec *dov, int lane, bool live, int b, int t,
     return part;
 }
 
-/* The lane that finishes the branch: the row's sum of the LANES partial sums in red, to
- * dg_b (when asked) and, times the gate, to D_b. */
+/* The lane that finishes the branch: the row's sum of the LANES partial sums
+ * in red, to dg_b (when asked) and, times the gate, to D_b. */
 inline void branch_finish(__local const float *red, int b, int t, int hq, __global const store_t *gate, idx_t g_off,
                           idx4_t g_st, __global float *dlt, idx_t dl_off, idx4_t dl_st, __global store_t *dg,
                           idx_t dg_off, idx4_t dg_st)
@@ -77,7 +77,7 @@ inline void branch_finish(__local const float *red, int b, int t, int hq, __glob
 #define BRANCH_PART(X, I) red[(I) * LANES * RW + lane] = branch_part(dov, lane, live, b, t, hq, o_##X, o_##X##_off, o_##X##_st)
 #define BRANCH_FINISH(X, I)                                                                                         \
     if (live && lane == (I))                                                                                        \
-    branch_finish(red + (I) * LANES * RW, b, t, hq, g_##X, g_##X##_off, g_##X##_st, d_##X, d_##X##_off,       \
+    branch_finish(red + (I) * LANES * RW, b, t, hq, g_##X, g_##X##_off, g_##X##_st, d_##X, d_##X##_off,         \
                   d_##X##_st, dg_##X, dg_##X##_off, dg_##X##_st)
 
 __kernel __attribute__((reqd_work_group_size(LANES * RW, 1, 1))) void nsa_bwd_delta(

@@ -480,10 +480,11 @@ inline void warp_attend_chunk(const word_t *qa, float *m, float *l, float *acc, 
 
 /* Attends the rows to n keys from row k0 / v0, all rows seeing all of them.
  * With `whole` (a constant at each call: the host's WHOLE_SLC and
- * WHOLE_CMP_SWA say which branches), a whole chunk (every one but a range's last) goes through a
- * call of its own, whose bounds are constants: the compiler then drops the
- * per-row clamps and the zeroing of every loaded word (64 SELs), 207
- * instructions a chunk instead of 295 in the selected forward's SASS.
+ * WHOLE_CMP_SWA say which branches), a whole chunk (every one but a range's
+ * last) goes through a call of its own, whose bounds are constants: the
+ * compiler then drops the per-row clamps and the zeroing of every loaded
+ * word (64 SELs), 207 instructions a chunk instead of 295 in the selected
+ * forward's SASS.
  * Measured at 64k on the H200 (2026-11-25): the forward with given indices
  * 16.2 -> 15.5 ms, the one after the separate top-k 15.8 -> 15.0 (every
  * branch split); the forward that runs the top-k 26.7 -> 26.2 with its

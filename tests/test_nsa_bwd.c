@@ -18,7 +18,27 @@
 
 TEST_ENV_GROUP
 
-static void run_case(const nsa_case *c, uint64_t seed, bool saved_branches)
+/* b's do copied into rows padded to DV + pad (NaN in the padding) and b.dout
+ * made a view of them; returns the buffer, for the caller to release. */
+static cl_mem pad_dout(bwd_bufs *b, const nsa_run *r, int pad)
+{
+    const nsa_case *c = r->c;
+    const int64_t row = c->DV + pad;
+    double *padded = malloc(r->nq * (size_t)row * sizeof *padded);
+    assert_non_null(padded);
+    for (size_t i = 0; i < r->nq; ++i)
+        for (int64_t d = 0; d < row; ++d) padded[i * row + d] = d < c->DV ? b->dO.h[i * c->DV + d] : NAN;
+    cl_mem m = upload(&env, padded, r->nq * (size_t)row, c->dt, false);
+    free(padded);
+    b->dout = tensor4(m, c->dt, c->B, c->T, c->HQ, c->DV);
+    b->dout.strides[2] = row;
+    b->dout.strides[1] = c->HQ * row;
+    b->dout.strides[0] = c->T * c->HQ * row;
+    return m;
+}
+
+/* One case against the reference; with pad > 0, do as a padded view. */
+static void run_case(const nsa_case *c, uint64_t seed, bool saved_branches, int pad)
 {
     if (!nsa_case_selected(c->name)) return;
     nsa_run r;
@@ -27,9 +47,11 @@ static void run_case(const nsa_case *c, uint64_t seed, bool saved_branches)
     nsa_run_forward(&env, &r);
     bwd_bufs b;
     bwd_setup(&env, &b, &r, seed + 99);
+    cl_mem padded = pad ? pad_dout(&b, &r, pad) : NULL;
     bwd_run_device(&env, &b, &r);
     bwd_reference(&b, &r);
     bwd_compare(&b, c);
+    if (padded) clReleaseMemObject(padded);
     bwd_free(&b);
     nsa_run_free(&r);
 }
@@ -38,7 +60,7 @@ static void run_case(const nsa_case *c, uint64_t seed, bool saved_branches)
 static void test_cases(void **state)
 {
     (void)state;
-    for (size_t i = 0; i < nsa_case_count; ++i) run_case(&nsa_cases[i], 4321 + i, i % 2 == 1);
+    for (size_t i = 0; i < nsa_case_count; ++i) run_case(&nsa_cases[i], 4321 + i, i % 2 == 1, 0);
 }
 
 /* Same inputs: bitwise equal gradients twice, and with another work-group size. */
@@ -70,39 +92,17 @@ static void test_determinism(void **state)
     nsa_run_free(&r);
 }
 
-/* do as a view of rows padded to DV + 4 (NaN in the padding): a row stride
- * that is not a multiple of 8, so the prologue from the saved branch outputs
- * (nsa_bwd_delta.cl) reads it one dim at a time, not 4 (ROW_VEC); the same
- * gradients against the reference. */
+/* do as a view of rows padded to DV + 4: a row stride that is not a multiple
+ * of 8, so the prologue from the saved branch outputs (nsa_bwd_delta.cl)
+ * reads it one dim at a time, not 4 (ROW_VEC); the same gradients against
+ * the reference. */
 static void test_padded_dout(void **state)
 {
     (void)state;
     const nsa_case *c = nsa_case_named("G=3 DK!=DV");
     assert_non_null(c);
     if (!nsa_case_selected(c->name)) skip();
-    nsa_run r;
-    nsa_run_setup(&env, &r, c, 55);
-    nsa_run_save_branches(&env, &r);
-    nsa_run_forward(&env, &r);
-    bwd_bufs b;
-    bwd_setup(&env, &b, &r, 56);
-    const int64_t row = c->DV + 4;
-    double *padded = malloc(r.nq * (size_t)row * sizeof *padded);
-    assert_non_null(padded);
-    for (size_t i = 0; i < r.nq; ++i)
-        for (int64_t d = 0; d < row; ++d) padded[i * row + d] = d < c->DV ? b.dO.h[i * c->DV + d] : NAN;
-    cl_mem m = upload(&env, padded, r.nq * (size_t)row, c->dt, false);
-    b.dout = tensor4(m, c->dt, c->B, c->T, c->HQ, c->DV);
-    b.dout.strides[2] = row;
-    b.dout.strides[1] = c->HQ * row;
-    b.dout.strides[0] = c->T * c->HQ * row;
-    bwd_run_device(&env, &b, &r);
-    bwd_reference(&b, &r);
-    bwd_compare(&b, c);
-    clReleaseMemObject(m);
-    free(padded);
-    bwd_free(&b);
-    nsa_run_free(&r);
+    run_case(c, 55, true, 4);
 }
 
 int main(void)

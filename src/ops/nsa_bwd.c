@@ -252,7 +252,7 @@ static clnsa_status plan_delta(clnsa_context *ctx, op_plan *p, const nsa_problem
     const bool on[3] = {pb->has_cmp, pb->has_slc, pb->has_swa};
     const clnsa_tensor *saves[3] = {&x->saved->o_cmp, &x->saved->o_slc, &x->saved->o_swa};
     /* rows read 4 dims at a time where every one of them allows it */
-    bool row_vec = pb->DV % 4 == 0 && tensor_rows_aligned(x->dout);
+    bool row_vec = tensor_rows_aligned(x->dout);
     for (int b = 0; b < 3; ++b) row_vec = row_vec && (!on[b] || tensor_rows_aligned(saves[b]));
     snprintf(d + n, sizeof d - n,
              "#define DV %d\n#define HAS_CMP %d\n#define HAS_SLC %d\n#define HAS_SWA %d\n#define RW %zu\n#define ROW_VEC %d\n",

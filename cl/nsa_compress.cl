@@ -137,18 +137,21 @@ __kernel void store_from_f32(__global const float *src, idx_t src0, __global sto
  *   linear (linear = 1): dxc is dX [rows*H, l*D] = dk_cmp . W^T, token at
  *     position j of block i adds dX[i][j*D + d].
  * dxc may be NULL (no compressed branch, or given compressed tensors).
- * A gather over the covering blocks, in index order: deterministic. */
+ * A gather over the covering blocks, in index order: deterministic. A
+ * work-item finishes 4 dims (D is a multiple of 8; part and dxc start at
+ * multiples of 4 floats): one work-item a dim spent 5x the time its bytes
+ * take at the memory's rate on the token and block arithmetic. */
 __kernel void grad_finish(__global const float *part, idx_t part0, __global const float *dxc, idx_t dxc0,
                           int linear, __global store_t *dx, idx_t dx_off, idx4_t dx_st, int D, int H,
                           int nc_per_b, __global const int *cu, idx_t cu0, int nseq,
                           __global const int *cmp_off, idx_t cmp_off0, int T, int cmp_l, int cmp_d)
 {
-    const int d = get_global_id(0), h = get_global_id(1), bt = get_global_id(2);
+    const int d = 4 * (int)get_global_id(0), h = get_global_id(1), bt = get_global_id(2);
     if (d >= D || h >= H) return;
     cu += cu0;
     cmp_off += cmp_off0;
     const int b = bt / T, t = bt - b * T;
-    float val = part ? part[part0 + ((idx_t)bt * H + h) * D + d] : 0.0f;
+    float4 val = part ? *(__global const float4 *)(part + part0 + ((idx_t)bt * H + h) * D + d) : (float4)(0.0f);
     if (dxc) {
         const seq_info sq = seq_of(cu, nseq, b, t, T);
         const int tl = t - sq.start;
@@ -161,12 +164,17 @@ __kernel void grad_finish(__global const float *part, idx_t part0, __global cons
         for (int i = i_lo; sq.len > 0 && i <= tl / cmp_d; ++i) {
             const idx_t r = row0 + i;
             if (linear)
-                val += dxc[dxc0 + (r * H + h) * (idx_t)(cmp_l * D) + (tl - i * cmp_d) * D + d];
+                val += *(__global const float4 *)(dxc + dxc0 + (r * H + h) * (idx_t)(cmp_l * D) + (tl - i * cmp_d) * D + d);
             else
-                val += dxc[dxc0 + (r * H + h) * D + d] / (float)(min(sq.len, i * cmp_d + cmp_l) - i * cmp_d);
+                val += *(__global const float4 *)(dxc + dxc0 + (r * H + h) * D + d) /
+                       (float)(min(sq.len, i * cmp_d + cmp_l) - i * cmp_d);
         }
     }
-    STORE(dx, at4(dx_off, dx_st, b, t, h, d), val);
+    const idx_t at = at4(dx_off, dx_st, b, t, h, d);
+    STORE(dx, at, val.x);
+    STORE(dx, at + dx_st.w, val.y);
+    STORE(dx, at + 2 * dx_st.w, val.z);
+    STORE(dx, at + 3 * dx_st.w, val.w);
 }
 
 /* Dense f32 [B*rows, H, D] -> a strided [B, rows, H, D] view in the storage

@@ -324,13 +324,15 @@ static clnsa_status plan_index(clnsa_context *ctx, op_plan *p, const nsa_problem
     const bwd_workspace *w = x->lay;
     cl_program prog;
     char d[2304];
-    snprintf(d, sizeof d, "%s#define CHUNK %d\n", defines, w->chunk);
+    /* a work-group a chunk (nsa_select_index.cl) */
+    const size_t wg = ctx->info.max_work_group_size < 64 ? ctx->info.max_work_group_size : 64;
+    snprintf(d, sizeof d, "%s#define CHUNK %d\n#define IDX_WG %zu\n", defines, w->chunk, wg);
     CHECK(program_get(ctx, index_files, d, &prog));
-    const size_t per_chunk[3] = {(size_t)w->nchunk, (size_t)pb->H, (size_t)pb->B};
-    const size_t per_blk[3] = {(size_t)w->nblk, (size_t)pb->H, (size_t)pb->B}, one[3] = {1, (size_t)pb->H, (size_t)pb->B};
+    const size_t per_chunk[3] = {wg * w->nchunk, (size_t)pb->H, (size_t)pb->B};
+    const size_t per_blk[3] = {wg * w->nblk, (size_t)pb->H, (size_t)pb->B}, one[3] = {wg, (size_t)pb->H, (size_t)pb->B};
     const int64_t cnt0 = (int64_t)(w->cnt / 4), ls0 = (int64_t)(w->lst_start / 4), lst0 = (int64_t)(w->lst / 4);
     kargs a;
-    CHECK(plan_add_kernel(ctx, p, prog, "sel_count", per_chunk, 1, &a, pb->idx_long));
+    CHECK(plan_add_kernel(ctx, p, prog, "sel_count", per_chunk, wg, &a, pb->idx_long));
     index_head_args(&a, pb, x);
     ka_mem(&a, x->ws);
     ka_idx(&a, cnt0);
@@ -338,7 +340,7 @@ static clnsa_status plan_index(clnsa_context *ctx, op_plan *p, const nsa_problem
     ka_int(&a, w->nchunk);
     ka_int(&a, pb->T);
     CHECK(plan_args_done(ctx, &a, "sel_count arguments"));
-    CHECK(plan_add_kernel(ctx, p, prog, "sel_prefix", per_blk, 1, &a, pb->idx_long));
+    CHECK(plan_add_kernel(ctx, p, prog, "sel_prefix", per_blk, wg, &a, pb->idx_long));
     ka_mem(&a, x->ws);
     ka_idx(&a, cnt0);
     ka_mem(&a, x->ws);
@@ -346,12 +348,12 @@ static clnsa_status plan_index(clnsa_context *ctx, op_plan *p, const nsa_problem
     ka_int(&a, w->nblk);
     ka_int(&a, w->nchunk);
     CHECK(plan_args_done(ctx, &a, "sel_prefix arguments"));
-    CHECK(plan_add_kernel(ctx, p, prog, "sel_starts", one, 1, &a, pb->idx_long));
+    CHECK(plan_add_kernel(ctx, p, prog, "sel_starts", one, wg, &a, pb->idx_long));
     ka_mem(&a, x->ws);
     ka_idx(&a, ls0);
     ka_int(&a, w->nblk);
     CHECK(plan_args_done(ctx, &a, "sel_starts arguments"));
-    CHECK(plan_add_kernel(ctx, p, prog, "sel_scatter", per_chunk, 1, &a, pb->idx_long));
+    CHECK(plan_add_kernel(ctx, p, prog, "sel_scatter", per_chunk, wg, &a, pb->idx_long));
     index_head_args(&a, pb, x);
     ka_mem(&a, x->ws);
     ka_idx(&a, cnt0);
@@ -517,8 +519,9 @@ static clnsa_status plan_finish(clnsa_context *ctx, op_plan *p, cl_program prog,
                                 size_t part_off, size_t dxc_off, bool linear, const clnsa_tensor *dst, int D)
 {
     kargs a;
-    CHECK(plan_add_kernel(ctx, p, prog, "grad_finish", (size_t[3]){(size_t)D, (size_t)pb->H, (size_t)pb->B * pb->T},
-                          D >= 64 ? 64 : 8, &a, pb->idx_long));
+    /* 4 dims a work-item (nsa_compress.cl) */
+    CHECK(plan_add_kernel(ctx, p, prog, "grad_finish", (size_t[3]){(size_t)D / 4, (size_t)pb->H, (size_t)pb->B * pb->T},
+                          D >= 128 ? 32 : (size_t)D / 4, &a, pb->idx_long));
     ka_mem(&a, part_off != NO_REGION ? x->ws : NULL);
     ka_idx(&a, part_off != NO_REGION ? (int64_t)(part_off / 4) : 0);
     ka_mem(&a, dxc_off != NO_REGION ? x->ws : NULL);

@@ -4,9 +4,9 @@
  *   STORAGE   0 = f32, 1 = f16, 2 = bf16 (storage type of the float tensors)
  *   IDX_LONG  1 when an element offset may exceed 2^31 - 1 (64-bit indexing)
  *   VARLEN    1 when cu_seqlens describes the sequences
- * Arithmetic is always f32; storage is converted at load and store (LOAD4:
- * four consecutive elements of a global buffer in one load, the first at a
- * multiple of 4 elements from the buffer's start: vload4 would promise the
+ * Arithmetic is always f32; storage is converted at load and store (LOAD8:
+ * eight consecutive elements of a global buffer in one load, the first at a
+ * multiple of 8 elements from the buffer's start: vload8 would promise the
  * compiler only the element's alignment, and NVIDIA's then loads piecewise).
  */
 
@@ -23,17 +23,17 @@ typedef int4 idx4_t;
 #if STORAGE == 0
 typedef float store_t;
 #define LOAD(p, i) ((p)[i])
-#define LOAD4(p, i) (*(__global const float4 *)((p) + (i)))
+#define LOAD8(p, i) (*(__global const float8 *)((p) + (i)))
 #define STORE(p, i, x) ((p)[i] = (x))
 #elif STORAGE == 1
 typedef half store_t;
 #define LOAD(p, i) vload_half((i), (p))
-#define LOAD4(p, i) vloada_half4(0, (p) + (i))
+#define LOAD8(p, i) vloada_half8(0, (p) + (i))
 #define STORE(p, i, x) vstore_half_rte((x), (i), (p))
 #elif STORAGE == 2
 typedef ushort store_t;
 #define LOAD(p, i) as_float(((uint)(p)[i]) << 16)
-#define LOAD4(p, i) as_float4(convert_uint4(*(__global const ushort4 *)((p) + (i))) << 16)
+#define LOAD8(p, i) as_float8(convert_uint8(*(__global const ushort8 *)((p) + (i))) << 16)
 #define STORE(p, i, x) ((p)[i] = bf16_from_float(x))
 inline ushort bf16_from_float(float x)
 {

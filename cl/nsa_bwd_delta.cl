@@ -6,28 +6,30 @@
  * by recomputing the three branches. A streaming pass over do and the o_b.
  *
  * A row is (batch, token, query head); a work-group takes RW heads of one
- * token, 32 lanes a row. A lane loads its dims of do once (lane, lane + 32,
- * ...; with ROW_VEC, 4 at a time) and the same dims of every branch's o_b,
+ * token, LANES lanes a row. A lane loads its dims of do once (lane, lane +
+ * LANES, ...; with ROW_VEC, 8 at a time) and the same dims of every branch's o_b,
  * all loads before the first sum so that they are in flight together, and
  * leaves one partial sum per branch in local memory; after the one barrier,
- * lane i < 3 adds branch i's 32 partial sums in order: the same result for
- * every launch (deterministic). The NDRange spells out the row, so no index is split by
+ * lane i < 3 adds branch i's LANES partial sums in order: the same result
+ * for every launch (deterministic). The NDRange spells out the row, so no index is split by
  * division (whose remainder LLVM pairs into a `freeze`, which Oclgrind
  * cannot run: common.h, rem_of).
- * Defines (besides common.h): DV, HAS_CMP, HAS_SLC, HAS_SWA, RW, ROW_VEC.
- * NDRange (32 * RW * ceil(HQ / RW), T, B).
+ * Defines (besides common.h): DV, HAS_CMP, HAS_SLC, HAS_SWA, RW, ROW_VEC,
+ * LANES (16 with ROW_VEC, else 32). NDRange (LANES * RW * ceil(HQ / RW), T, B).
  */
 
-#define LANES 32
-
 /* ROW_VEC (set by the host when do and every o_b have aligned rows; DV is a
- * multiple of 8, validated): a lane loads 4 consecutive dims at a time, a quarter of the load
- * instructions and index arithmetic of one dim at a time. */
+ * multiple of 8, validated): a lane loads 8 consecutive dims at a time and
+ * LANES = 16 lanes take a row, so that a warp keeps two rows' loads in
+ * flight (4 dims a lane and 32 lanes a row kept one: 1.55 ms at T = 64k on
+ * an H100, 1.45x the memory's floor). Else one dim a lane, 32 lanes a row.
+ * The host defines LANES. */
 #if ROW_VEC
-#define VW 4
-typedef float4 lane_vec;
-inline float4 load_dims(__global const store_t *p, idx_t row, idx_t col_stride, int d) { return LOAD4(p, row + d); }
-inline float fma_dims(float4 a, float4 b, float c) { return fma(a.w, b.w, fma(a.z, b.z, fma(a.y, b.y, fma(a.x, b.x, c)))); }
+#define VW 8
+typedef float8 lane_vec;
+inline float8 load_dims(__global const store_t *p, idx_t row, idx_t col_stride, int d) { return LOAD8(p, row + d); }
+inline float fma4(float4 a, float4 b, float c) { return fma(a.w, b.w, fma(a.z, b.z, fma(a.y, b.y, fma(a.x, b.x, c)))); }
+inline float fma_dims(float8 a, float8 b, float c) { return fma4(a.hi, b.hi, fma4(a.lo, b.lo, c)); }
 #else
 #define VW 1
 typedef float lane_vec;
@@ -86,7 +88,7 @@ __kernel __attribute__((reqd_work_group_size(LANES * RW, 1, 1))) void nsa_bwd_de
 {
     /* per branch, RW rows of LANES partial sums */
     __local float red_all[3 * LANES * RW];
-    /* unsigned: the division and remainder by 32 stay shifts and masks */
+    /* unsigned: the division and remainder by LANES stay shifts and masks */
     const uint lid = get_local_id(0), slot = lid / LANES;
     const int lane = (int)(lid % LANES);
     __local float *red = red_all + slot * LANES;

@@ -94,7 +94,7 @@ static void test_determinism(void **state)
 
 /* do as a view of rows padded to DV + 4: a row stride that is not a multiple
  * of 8, so the prologue from the saved branch outputs (nsa_bwd_delta.cl)
- * reads it one dim at a time, not 4 (ROW_VEC); the same gradients against
+ * reads it one dim at a time, not 8 (ROW_VEC); the same gradients against
  * the reference. */
 static void test_padded_dout(void **state)
 {

@@ -245,18 +245,20 @@ static clnsa_status plan_delta(clnsa_context *ctx, op_plan *p, const nsa_problem
 {
     char d[512];
     nsa_base_defines(pb, d, sizeof d);
-    /* up to 8 heads of a token per work-group (fewer where the device or HQ is smaller) */
-    size_t rw = ctx->info.max_work_group_size >= 256 ? 8 : 1;
-    if (rw > (size_t)pb->HQ) rw = (size_t)pb->HQ;
-    const size_t per_wg = 32 * rw, n = strlen(d);
     const bool on[3] = {pb->has_cmp, pb->has_slc, pb->has_swa};
     const clnsa_tensor *saves[3] = {&x->saved->o_cmp, &x->saved->o_slc, &x->saved->o_swa};
-    /* rows read 4 dims at a time where every one of them allows it */
+    /* rows read 8 dims at a time, 16 lanes a row, where every one of them allows it */
     bool row_vec = tensor_rows_aligned(x->dout);
     for (int b = 0; b < 3; ++b) row_vec = row_vec && (!on[b] || tensor_rows_aligned(saves[b]));
+    const size_t lanes = row_vec ? 16 : 32;
+    /* work-groups of 256 where the device allows, heads of one token (up to HQ) */
+    size_t rw = ctx->info.max_work_group_size >= 256 ? 256 / lanes : 1;
+    if (rw > (size_t)pb->HQ) rw = (size_t)pb->HQ;
+    const size_t per_wg = lanes * rw, n = strlen(d);
     snprintf(d + n, sizeof d - n,
-             "#define DV %d\n#define HAS_CMP %d\n#define HAS_SLC %d\n#define HAS_SWA %d\n#define RW %zu\n#define ROW_VEC %d\n",
-             pb->DV, pb->has_cmp, pb->has_slc, pb->has_swa, rw, row_vec);
+             "#define DV %d\n#define HAS_CMP %d\n#define HAS_SLC %d\n#define HAS_SWA %d\n#define RW %zu\n#define ROW_VEC %d\n"
+             "#define LANES %zu\n",
+             pb->DV, pb->has_cmp, pb->has_slc, pb->has_swa, rw, row_vec, lanes);
     cl_program prog;
     CHECK(program_get(ctx, delta_files, d, &prog));
     kargs a;

@@ -145,6 +145,7 @@ if want oclgrind; then
     og test_nsa_bwd "all branches G=1"
     og test_nsa_bwd "given k_cmp v_cmp"
     og test_nsa_bwd "linear compression"
+    og test_select_index "varlen, odd chunk"
     og test_blocksparse "builders"
     og test_blocksparse "B window 5,3 softcap sinks G=8 Tq>Tk"
     og test_blocksparse "A segment AND causal mask 24x40"

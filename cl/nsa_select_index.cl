@@ -74,13 +74,13 @@ typedef struct {
  * before this round's. jl holds IDX_WG ints. */
 inline sel_entry round_entry(SEL_ENTRY_ARGS, int r, __local int *jl)
 {
-    const int lid = get_local_id(0), e = r * IDX_WG + lid;
+    const int lid = get_local_id(0), e = r * IDX_WG + lid, tok = e / S;
     sel_entry x;
-    x.t = c * CHUNK + e / S;
+    x.t = c * CHUNK + tok;
     x.j = -1;
     if (e < CHUNK * S && x.t < T) {
         const seq_info sq = seq_of(cu, nseq, b, x.t, T);
-        const int s = e % S;
+        const int s = rem_of(e, tok, S); /* not e % S: common.h, rem_of */
         if (s < slc_slots(bcnt, at4(bc_off, bc_st, b, x.t, h, 0), sq.len > 0)) {
             const int2 k = slc_slot(bidx, at4(bi_off, bi_st, b, x.t, h, 0), bi_st.w, s, x.t - sq.start);
             if (k.y > 0) x.j = blk_base(blk_off, sq) + k.x / BS;
@@ -100,10 +100,10 @@ inline sel_entry round_entry(SEL_ENTRY_ARGS, int r, __local int *jl)
 }
 
 /* counts[blk][c] for the tokens of chunk c */
-__kernel __attribute__((reqd_work_group_size(IDX_WG, 1, 1))) void
-sel_count(__global const int *bidx, idx_t bi_off, idx4_t bi_st, __global const int *bcnt, idx_t bc_off, idx4_t bc_st,
-          __global const int *cu, idx_t cu0, int nseq, __global const int *blk_off, idx_t blk_off0, __global int *cnt,
-          idx_t cnt0, int nblk, int nchunk, int T)
+__kernel __attribute__((reqd_work_group_size(IDX_WG, 1, 1))) void sel_count(
+    __global const int *bidx, idx_t bi_off, idx4_t bi_st, __global const int *bcnt, idx_t bc_off, idx4_t bc_st,
+    __global const int *cu, idx_t cu0, int nseq, __global const int *blk_off, idx_t blk_off0, __global int *cnt,
+    idx_t cnt0, int nblk, int nchunk, int T)
 {
     const int c = get_group_id(0), h = get_global_id(1), b = get_global_id(2), H = get_global_size(1);
     __local int jl[IDX_WG];
@@ -118,8 +118,8 @@ sel_count(__global const int *bidx, idx_t bi_off, idx4_t bi_st, __global const i
 
 /* Per block: counts become chunk offsets within the block's list, and the
  * block's total goes to lst_start[blk + 1]. */
-__kernel __attribute__((reqd_work_group_size(IDX_WG, 1, 1))) void
-sel_prefix(__global int *cnt, idx_t cnt0, __global int *lst_start, idx_t ls0, int nblk, int nchunk)
+__kernel __attribute__((reqd_work_group_size(IDX_WG, 1, 1))) void sel_prefix(
+    __global int *cnt, idx_t cnt0, __global int *lst_start, idx_t ls0, int nblk, int nchunk)
 {
     const int j = get_group_id(0), h = get_global_id(1), b = get_global_id(2), H = get_global_size(1);
     __local int part[IDX_WG];
@@ -136,8 +136,8 @@ sel_prefix(__global int *cnt, idx_t cnt0, __global int *lst_start, idx_t ls0, in
 }
 
 /* Per (batch row, head): block totals -> list starts (inclusive scan). */
-__kernel __attribute__((reqd_work_group_size(IDX_WG, 1, 1))) void
-sel_starts(__global int *lst_start, idx_t ls0, int nblk)
+__kernel __attribute__((reqd_work_group_size(IDX_WG, 1, 1))) void sel_starts(
+    __global int *lst_start, idx_t ls0, int nblk)
 {
     const int h = get_global_id(1), b = get_global_id(2), H = get_global_size(1);
     __local int part[IDX_WG];
@@ -155,11 +155,10 @@ sel_starts(__global int *lst_start, idx_t ls0, int nblk)
 }
 
 /* Each chunk writes its tokens, in order, at its offsets in each list. */
-__kernel __attribute__((reqd_work_group_size(IDX_WG, 1, 1))) void
-sel_scatter(__global const int *bidx, idx_t bi_off, idx4_t bi_st, __global const int *bcnt, idx_t bc_off,
-            idx4_t bc_st, __global const int *cu, idx_t cu0, int nseq, __global const int *blk_off, idx_t blk_off0,
-            __global int *cnt, idx_t cnt0, __global const int *lst_start, idx_t ls0, __global int *lst, idx_t lst0,
-            int nblk, int nchunk, int T)
+__kernel __attribute__((reqd_work_group_size(IDX_WG, 1, 1))) void sel_scatter(
+    __global const int *bidx, idx_t bi_off, idx4_t bi_st, __global const int *bcnt, idx_t bc_off, idx4_t bc_st,
+    __global const int *cu, idx_t cu0, int nseq, __global const int *blk_off, idx_t blk_off0, __global int *cnt,
+    idx_t cnt0, __global const int *lst_start, idx_t ls0, __global int *lst, idx_t lst0, int nblk, int nchunk, int T)
 {
     const int c = get_group_id(0), h = get_global_id(1), b = get_global_id(2), H = get_global_size(1);
     __local int jl[IDX_WG];

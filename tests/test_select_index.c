@@ -178,18 +178,36 @@ static void run_case(const index_case *c)
     cl_kernel k[4];
     k[0] = index_kernel(prog, "sel_count", &a);
     selection_args(&a, &bi, &bc, m_cu, m_off, c);
-    ka_mem(&a, m_cnt), ka_idx(&a, 0), ka_int(&a, nblk), ka_int(&a, nchunk), ka_int(&a, T);
+    ka_mem(&a, m_cnt);
+    ka_idx(&a, 0);
+    ka_int(&a, nblk);
+    ka_int(&a, nchunk);
+    ka_int(&a, T);
     enqueue(k[0], &a, wg, nchunk, c);
     k[1] = index_kernel(prog, "sel_prefix", &a);
-    ka_mem(&a, m_cnt), ka_idx(&a, 0), ka_mem(&a, m_st), ka_idx(&a, 0), ka_int(&a, nblk), ka_int(&a, nchunk);
+    ka_mem(&a, m_cnt);
+    ka_idx(&a, 0);
+    ka_mem(&a, m_st);
+    ka_idx(&a, 0);
+    ka_int(&a, nblk);
+    ka_int(&a, nchunk);
     enqueue(k[1], &a, wg, nblk, c);
     k[2] = index_kernel(prog, "sel_starts", &a);
-    ka_mem(&a, m_st), ka_idx(&a, 0), ka_int(&a, nblk);
+    ka_mem(&a, m_st);
+    ka_idx(&a, 0);
+    ka_int(&a, nblk);
     enqueue(k[2], &a, wg, 1, c);
     k[3] = index_kernel(prog, "sel_scatter", &a);
     selection_args(&a, &bi, &bc, m_cu, m_off, c);
-    ka_mem(&a, m_cnt), ka_idx(&a, 0), ka_mem(&a, m_st), ka_idx(&a, 0), ka_mem(&a, m_lst), ka_idx(&a, 0);
-    ka_int(&a, nblk), ka_int(&a, nchunk), ka_int(&a, T);
+    ka_mem(&a, m_cnt);
+    ka_idx(&a, 0);
+    ka_mem(&a, m_st);
+    ka_idx(&a, 0);
+    ka_mem(&a, m_lst);
+    ka_idx(&a, 0);
+    ka_int(&a, nblk);
+    ka_int(&a, nchunk);
+    ka_int(&a, T);
     enqueue(k[3], &a, wg, nchunk, c);
     download_i32(&env, m_st, nstart, got_st);
     download_i32(&env, m_lst, nlst, got);
@@ -207,7 +225,13 @@ static void run_case(const index_case *c)
     cl_mem ms[] = {m_bidx, m_bcnt, m_cu, m_off, m_cnt, m_st, m_lst};
     for (size_t i = 0; i < sizeof ms / sizeof ms[0]; ++i)
         if (ms[i]) clReleaseMemObject(ms[i]);
-    free(bidx), free(bcnt), free(want_st), free(want), free(got_st), free(got), free(garbage);
+    free(bidx);
+    free(bcnt);
+    free(want_st);
+    free(want);
+    free(got_st);
+    free(got);
+    free(garbage);
 }
 
 static void test_inverse(void **state)

@@ -119,17 +119,22 @@ static void enqueue(cl_kernel k, const kargs *a, int wg, int n, const index_case
     assert_int_equal(clEnqueueNDRangeKernel(env.queue, k, 3, NULL, global, local, 0, NULL, NULL), CL_SUCCESS);
 }
 
+/* A buffer argument and its offset (0). */
+static void ka_buf(kargs *a, cl_mem m)
+{
+    ka_mem(a, m);
+    ka_idx(a, 0);
+}
+
 /* The selection's arguments as sel_count and sel_scatter take them. */
 static void selection_args(kargs *a, const clnsa_tensor *bi, const clnsa_tensor *bc, cl_mem cu, cl_mem blk_off,
                            const index_case *c)
 {
     ka_tensor(a, bi);
     ka_tensor(a, bc);
-    ka_mem(a, cu);
-    ka_idx(a, 0);
+    ka_buf(a, cu);
     ka_int(a, c->nseq);
-    ka_mem(a, blk_off);
-    ka_idx(a, 0);
+    ka_buf(a, blk_off);
 }
 
 static void run_case(const index_case *c)
@@ -178,33 +183,26 @@ static void run_case(const index_case *c)
     cl_kernel k[4];
     k[0] = index_kernel(prog, "sel_count", &a);
     selection_args(&a, &bi, &bc, m_cu, m_off, c);
-    ka_mem(&a, m_cnt);
-    ka_idx(&a, 0);
+    ka_buf(&a, m_cnt);
     ka_int(&a, nblk);
     ka_int(&a, nchunk);
     ka_int(&a, T);
     enqueue(k[0], &a, wg, nchunk, c);
     k[1] = index_kernel(prog, "sel_prefix", &a);
-    ka_mem(&a, m_cnt);
-    ka_idx(&a, 0);
-    ka_mem(&a, m_st);
-    ka_idx(&a, 0);
+    ka_buf(&a, m_cnt);
+    ka_buf(&a, m_st);
     ka_int(&a, nblk);
     ka_int(&a, nchunk);
     enqueue(k[1], &a, wg, nblk, c);
     k[2] = index_kernel(prog, "sel_starts", &a);
-    ka_mem(&a, m_st);
-    ka_idx(&a, 0);
+    ka_buf(&a, m_st);
     ka_int(&a, nblk);
     enqueue(k[2], &a, wg, 1, c);
     k[3] = index_kernel(prog, "sel_scatter", &a);
     selection_args(&a, &bi, &bc, m_cu, m_off, c);
-    ka_mem(&a, m_cnt);
-    ka_idx(&a, 0);
-    ka_mem(&a, m_st);
-    ka_idx(&a, 0);
-    ka_mem(&a, m_lst);
-    ka_idx(&a, 0);
+    ka_buf(&a, m_cnt);
+    ka_buf(&a, m_st);
+    ka_buf(&a, m_lst);
     ka_int(&a, nblk);
     ka_int(&a, nchunk);
     ka_int(&a, T);

@@ -7,13 +7,13 @@
  *
  * A row is (batch, token, query head); a work-group takes RW heads of one
  * token, LANES lanes a row. A lane loads its dims of do once (lane, lane +
- * LANES, ...; with ROW_VEC, 8 at a time) and the same dims of every branch's o_b,
- * all loads before the first sum so that they are in flight together, and
- * leaves one partial sum per branch in local memory; after the one barrier,
- * lane i < 3 adds branch i's LANES partial sums in order: the same result
- * for every launch (deterministic). The NDRange spells out the row, so no index is split by
- * division (whose remainder LLVM pairs into a `freeze`, which Oclgrind
- * cannot run: common.h, rem_of).
+ * LANES, ...; with ROW_VEC, 8 at a time) and the same dims of every
+ * branch's o_b, all loads before the first sum so that they are in flight
+ * together, and leaves one partial sum per branch in local memory; after
+ * the one barrier, lane i < 3 adds branch i's LANES partial sums in order:
+ * the same result for every launch (deterministic). The NDRange spells out
+ * the row, so no index is split by division (whose remainder LLVM pairs
+ * into a `freeze`, which Oclgrind cannot run: common.h, rem_of).
  * Defines (besides common.h): DV, HAS_CMP, HAS_SLC, HAS_SWA, RW, ROW_VEC,
  * LANES (16 with ROW_VEC, else 32). NDRange (LANES * RW * ceil(HQ / RW), T, B).
  */

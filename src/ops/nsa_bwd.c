@@ -523,7 +523,7 @@ static clnsa_status plan_finish(clnsa_context *ctx, op_plan *p, cl_program prog,
     kargs a;
     /* 4 dims a work-item (nsa_compress.cl) */
     CHECK(plan_add_kernel(ctx, p, prog, "grad_finish", (size_t[3]){(size_t)D / 4, (size_t)pb->H, (size_t)pb->B * pb->T},
-                          D >= 128 ? 32 : (size_t)D / 4, &a, pb->idx_long));
+                          D / 4 < 32 ? (size_t)D / 4 : 32, &a, pb->idx_long));
     ka_mem(&a, part_off != NO_REGION ? x->ws : NULL);
     ka_idx(&a, part_off != NO_REGION ? (int64_t)(part_off / 4) : 0);
     ka_mem(&a, dxc_off != NO_REGION ? x->ws : NULL);

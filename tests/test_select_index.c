@@ -1,5 +1,6 @@
 /* test_select_index.c: the backward's inverse of the selection
- * (cl/nsa_select_index.cl) against a host inverse: for each batch row, KV
+ * (cl/nsa_select_index.cl, through nsa_plan_select_index, the backward's
+ * own steps) against a host inverse: for each batch row, KV
  * head and block, the tokens that selected the block, in token order, at
  * list starts that are the running sum of the lists' lengths. The kernels'
  * outputs are poisoned first and their count words filled with garbage
@@ -9,7 +10,7 @@
  * the last sequence; chunks of tokens and work-groups that do not divide
  * each other. dk/dv go through these lists (test_nsa_bwd); this test pins
  * down their order, which only the order of dk/dv's additions shows. */
-#include "internal.h"
+#include "ops/nsa.h"
 #include "testutil.h"
 
 #include <setjmp.h>
@@ -104,39 +105,6 @@ static void host_inverse(const index_case *c, const int *bidx, int slot_stride, 
     free(len);
 }
 
-static cl_kernel index_kernel(cl_program prog, const char *name, kargs *a)
-{
-    cl_kernel k = NULL;
-    assert_int_equal(kernel_create(env.ctx, prog, name, &k), CLNSA_SUCCESS);
-    *a = (kargs){k, 0, CL_SUCCESS, false};
-    return k;
-}
-
-static void enqueue(cl_kernel k, const kargs *a, int wg, int n, const index_case *c)
-{
-    assert_int_equal(a->err, CL_SUCCESS);
-    const size_t global[3] = {(size_t)wg * n, (size_t)c->H, (size_t)c->B}, local[3] = {(size_t)wg, 1, 1};
-    assert_int_equal(clEnqueueNDRangeKernel(env.queue, k, 3, NULL, global, local, 0, NULL, NULL), CL_SUCCESS);
-}
-
-/* A buffer argument and its offset (0). */
-static void ka_buf(kargs *a, cl_mem m)
-{
-    ka_mem(a, m);
-    ka_idx(a, 0);
-}
-
-/* The selection's arguments as sel_count and sel_scatter take them. */
-static void selection_args(kargs *a, const clnsa_tensor *bi, const clnsa_tensor *bc, cl_mem cu, cl_mem blk_off,
-                           const index_case *c)
-{
-    ka_tensor(a, bi);
-    ka_tensor(a, bc);
-    ka_buf(a, cu);
-    ka_int(a, c->nseq);
-    ka_buf(a, blk_off);
-}
-
 static void run_case(const index_case *c)
 {
     const int B = c->B, T = c->T, H = c->H, S = c->S, N = c->cu ? c->nseq : 0;
@@ -173,40 +141,28 @@ static void run_case(const index_case *c)
     char d[512];
     snprintf(d, sizeof d,
              "#define STORAGE 0\n#define IDX_LONG 0\n#define VARLEN %d\n#define HAS_COUNTS %d\n#define BS %d\n#define S %d\n"
-             "#define CMP_L 8\n#define CMP_D 8\n#define WINDOW 1\n#define INIT_BLOCKS 0\n#define LOCAL_BLOCKS 0\n"
-             "#define CHUNK %d\n#define IDX_WG %d\n",
-             c->cu != NULL, c->counts, c->BS, S, c->chunk, wg);
-    static const char *const files[] = {"common.h", "nsa_ranges.h", "nsa_select_index.cl", NULL};
-    cl_program prog;
-    assert_int_equal(program_get(env.ctx, files, d, &prog), CLNSA_SUCCESS);
-    kargs a;
-    cl_kernel k[4];
-    k[0] = index_kernel(prog, "sel_count", &a);
-    selection_args(&a, &bi, &bc, m_cu, m_off, c);
-    ka_buf(&a, m_cnt);
-    ka_int(&a, nblk);
-    ka_int(&a, nchunk);
-    ka_int(&a, T);
-    enqueue(k[0], &a, wg, nchunk, c);
-    k[1] = index_kernel(prog, "sel_prefix", &a);
-    ka_buf(&a, m_cnt);
-    ka_buf(&a, m_st);
-    ka_int(&a, nblk);
-    ka_int(&a, nchunk);
-    enqueue(k[1], &a, wg, nblk, c);
-    k[2] = index_kernel(prog, "sel_starts", &a);
-    ka_buf(&a, m_st);
-    ka_int(&a, nblk);
-    enqueue(k[2], &a, wg, 1, c);
-    k[3] = index_kernel(prog, "sel_scatter", &a);
-    selection_args(&a, &bi, &bc, m_cu, m_off, c);
-    ka_buf(&a, m_cnt);
-    ka_buf(&a, m_st);
-    ka_buf(&a, m_lst);
-    ka_int(&a, nblk);
-    ka_int(&a, nchunk);
-    ka_int(&a, T);
-    enqueue(k[3], &a, wg, nchunk, c);
+             "#define CMP_L 8\n#define CMP_D 8\n#define WINDOW 1\n#define INIT_BLOCKS 0\n#define LOCAL_BLOCKS 0\n",
+             c->cu != NULL, c->counts, c->BS, S);
+    const select_index_args args = {
+        .bidx = &bi,
+        .bcnt = &bc,
+        .cu = {m_cu, 0},
+        .blk_off = {m_off, 0},
+        .nseq = c->nseq,
+        .cnt = {m_cnt, 0},
+        .lst_start = {m_st, 0},
+        .lst = {m_lst, 0},
+        .B = B,
+        .T = T,
+        .H = H,
+        .nblk = nblk,
+        .chunk = c->chunk,
+        .nchunk = nchunk,
+        .wg = (size_t)wg,
+    };
+    op_plan plan = {0};
+    const clnsa_status st = nsa_plan_select_index(env.ctx, &plan, d, &args);
+    assert_int_equal(plan_run(env.ctx, &plan, st, env.queue, 0, NULL, NULL), CLNSA_SUCCESS);
     download_i32(&env, m_st, nstart, got_st);
     download_i32(&env, m_lst, nlst, got);
 
@@ -219,7 +175,6 @@ static void run_case(const index_case *c)
     assert_true(listed > 0);
     assert_int_equal(bad, 0);
 
-    for (int i = 0; i < 4; ++i) clReleaseKernel(k[i]);
     cl_mem ms[] = {m_bidx, m_bcnt, m_cu, m_off, m_cnt, m_st, m_lst};
     for (size_t i = 0; i < sizeof ms / sizeof ms[0]; ++i)
         if (ms[i]) clReleaseMemObject(ms[i]);

@@ -87,6 +87,30 @@ clnsa_status nsa_plan_query_kernel(clnsa_context *ctx, op_plan *p, const nsa_pro
                                    const clnsa_tensor *stored, bool saves_aligned, const clnsa_tensor *kc,
                                    const clnsa_tensor *vc, const clnsa_tensor *bidx, cl_mem ws, const nsa_workspace *lay,
                                    kargs *a);
+/* An int32 array: its buffer (NULL: none) and the offset of its first
+ * element, in elements. */
+typedef struct {
+    cl_mem mem;
+    int64_t off;
+} int_array;
+
+/* The inverse of the selection (nsa_select_index.c). */
+typedef struct {
+    const clnsa_tensor *bidx, *bcnt; /* block_indices [B, T, H, S]; block_counts (no data: none) */
+    int_array cu, blk_off;           /* cu_seqlens and each sequence's first block (varlen, else none) */
+    int nseq;
+    int_array cnt;       /* count words, [B, H, nblk, nchunk] */
+    int_array lst_start; /* out: [B, H, nblk + 1], where each block's list starts */
+    int_array lst;       /* out: [B, H, T * S], the lists */
+    int B, T, H, nblk, chunk, nchunk; /* nchunk = ceil(T / chunk) chunks of tokens */
+    size_t wg;                        /* work-items a chunk */
+    bool idx_long;
+} select_index_args;
+
+/* The four steps that fill lst_start and lst, each block's list in token
+ * order; defines: nsa_base_defines' and BS, S, HAS_COUNTS (nsa_ranges.h). */
+clnsa_status nsa_plan_select_index(clnsa_context *ctx, op_plan *p, const char *defines, const select_index_args *x);
+
 clnsa_status nsa_check_workspace(clnsa_context *ctx, const nsa_workspace *lay, cl_mem ws, size_t ws_bytes);
 
 #endif

@@ -21,7 +21,6 @@ static const char *const dq_files[] = {"common.h", "nsa_ranges.h", "nsa_bwd_dq.c
 static const char *const dkdv_files[] = {"common.h", "nsa_ranges.h", "nsa_dkdv.h", "nsa_bwd_dkdv.cl", NULL};
 static const char *const dkdv_warp_files[] = {"common.h", "warp_mma.h", "warp_attn.h", "nsa_ranges.h", "nsa_dkdv.h",
                                               "nsa_bwd_dkdv_warp.cl", NULL};
-static const char *const index_files[] = {"common.h", "nsa_ranges.h", "nsa_select_index.cl", NULL};
 static const char *const delta_files[] = {"common.h", "nsa_bwd_delta.cl", NULL};
 
 #define CHECK(x)                              \
@@ -314,59 +313,28 @@ static clnsa_status plan_dq(clnsa_context *ctx, op_plan *p, const nsa_problem *p
     return plan_args_done(ctx, &a, "nsa_bwd_dq arguments");
 }
 
-static void index_head_args(kargs *a, const nsa_problem *pb, const bwd_args *x)
-{
-    ka_tensor(a, &x->bidx);
-    ka_tensor(a, &x->in->block_counts);
-    nsa_seq_args(a, pb, x->in, x->ws, x->lay->blk_off);
-}
-
 static clnsa_status plan_index(clnsa_context *ctx, op_plan *p, const nsa_problem *pb, const bwd_args *x, const char *defines)
 {
     const bwd_workspace *w = x->lay;
-    cl_program prog;
-    char d[2304];
-    /* a work-group a chunk (nsa_select_index.cl) */
-    const size_t wg = ctx->info.max_work_group_size < 64 ? ctx->info.max_work_group_size : 64;
-    snprintf(d, sizeof d, "%s#define CHUNK %d\n#define IDX_WG %zu\n", defines, w->chunk, wg);
-    CHECK(program_get(ctx, index_files, d, &prog));
-    const size_t per_chunk[3] = {wg * w->nchunk, (size_t)pb->H, (size_t)pb->B};
-    const size_t per_blk[3] = {wg * w->nblk, (size_t)pb->H, (size_t)pb->B}, one[3] = {wg, (size_t)pb->H, (size_t)pb->B};
-    const int64_t cnt0 = (int64_t)(w->cnt / 4), ls0 = (int64_t)(w->lst_start / 4), lst0 = (int64_t)(w->lst / 4);
-    kargs a;
-    CHECK(plan_add_kernel(ctx, p, prog, "sel_count", per_chunk, wg, &a, pb->idx_long));
-    index_head_args(&a, pb, x);
-    ka_mem(&a, x->ws);
-    ka_idx(&a, cnt0);
-    ka_int(&a, w->nblk);
-    ka_int(&a, w->nchunk);
-    ka_int(&a, pb->T);
-    CHECK(plan_args_done(ctx, &a, "sel_count arguments"));
-    CHECK(plan_add_kernel(ctx, p, prog, "sel_prefix", per_blk, wg, &a, pb->idx_long));
-    ka_mem(&a, x->ws);
-    ka_idx(&a, cnt0);
-    ka_mem(&a, x->ws);
-    ka_idx(&a, ls0);
-    ka_int(&a, w->nblk);
-    ka_int(&a, w->nchunk);
-    CHECK(plan_args_done(ctx, &a, "sel_prefix arguments"));
-    CHECK(plan_add_kernel(ctx, p, prog, "sel_starts", one, wg, &a, pb->idx_long));
-    ka_mem(&a, x->ws);
-    ka_idx(&a, ls0);
-    ka_int(&a, w->nblk);
-    CHECK(plan_args_done(ctx, &a, "sel_starts arguments"));
-    CHECK(plan_add_kernel(ctx, p, prog, "sel_scatter", per_chunk, wg, &a, pb->idx_long));
-    index_head_args(&a, pb, x);
-    ka_mem(&a, x->ws);
-    ka_idx(&a, cnt0);
-    ka_mem(&a, x->ws);
-    ka_idx(&a, ls0);
-    ka_mem(&a, x->ws);
-    ka_idx(&a, lst0);
-    ka_int(&a, w->nblk);
-    ka_int(&a, w->nchunk);
-    ka_int(&a, pb->T);
-    return plan_args_done(ctx, &a, "sel_scatter arguments");
+    select_index_args a = {
+        .bidx = &x->bidx,
+        .bcnt = &x->in->block_counts,
+        .cu = {pb->varlen ? x->in->cu_seqlens.data : NULL, pb->varlen ? (int64_t)x->in->cu_seqlens.offset : 0},
+        .blk_off = {pb->varlen ? x->ws : NULL, (int64_t)(w->blk_off / 4)},
+        .nseq = pb->N,
+        .cnt = {x->ws, (int64_t)(w->cnt / 4)},
+        .lst_start = {x->ws, (int64_t)(w->lst_start / 4)},
+        .lst = {x->ws, (int64_t)(w->lst / 4)},
+        .B = pb->B,
+        .T = pb->T,
+        .H = pb->H,
+        .nblk = w->nblk,
+        .chunk = w->chunk,
+        .nchunk = w->nchunk,
+        .wg = ctx->info.max_work_group_size < 64 ? ctx->info.max_work_group_size : 64,
+        .idx_long = pb->idx_long,
+    };
+    return nsa_plan_select_index(ctx, p, defines, &a);
 }
 
 /* The arguments of a dk/dv kernel after the key tensors: see DKDV_ARGS. */

@@ -140,14 +140,17 @@ __kernel void store_from_f32(__global const float *src, idx_t src0, __global sto
  * A gather over the covering blocks, in index order: deterministic. A
  * work-item finishes 4 dims (D is a multiple of 8; part and dxc start at
  * multiples of 4 floats): one work-item a dim spent 5x the time its bytes
- * take at the memory's rate on the token and block arithmetic. */
+ * take at the memory's rate on the token and block arithmetic. Work-items
+ * run over a token's (head, 4 dims) pairs, so that a work-group can take
+ * all of a token's heads rather than 32 work-items (a GPU holds only so
+ * many work-groups a compute unit). */
 __kernel void grad_finish(__global const float *part, idx_t part0, __global const float *dxc, idx_t dxc0,
                           int linear, __global store_t *dx, idx_t dx_off, idx4_t dx_st, int D, int H,
                           int nc_per_b, __global const int *cu, idx_t cu0, int nseq,
                           __global const int *cmp_off, idx_t cmp_off0, int T, int cmp_l, int cmp_d)
 {
-    const int d = 4 * (int)get_global_id(0), h = get_global_id(1), bt = get_global_id(2);
-    if (d >= D || h >= H) return;
+    const int per = D / 4, i = get_global_id(0), h = i / per, d = 4 * (i - h * per), bt = get_global_id(2);
+    if (h >= H) return;
     cu += cu0;
     cmp_off += cmp_off0;
     const int b = bt / T, t = bt - b * T;

@@ -168,8 +168,11 @@ __kernel __attribute__((reqd_work_group_size(IDX_WG, 1, 1))) void sel_scatter(
     for (int r = 0; r < ROUNDS; ++r) {
         const sel_entry x = round_entry(bidx, bi_off, bi_st, bcnt, bc_off, bc_st, cu + cu0, nseq, blk_off + blk_off0, b,
                                         h, c, T, r, jl);
-        const int at = x.j >= 0 ? row[(idx_t)x.j * nchunk] : 0;
-        if (x.j >= 0) out[st[x.j] + at + x.rank] = x.t;
+        int at = 0; /* the chunk's offset in block x.j's list */
+        if (x.j >= 0) {
+            at = row[(idx_t)x.j * nchunk];
+            out[st[x.j] + at + x.rank] = x.t;
+        }
         barrier(CLK_GLOBAL_MEM_FENCE); /* every entry has read its block's offset */
         if (x.last) row[(idx_t)x.j * nchunk] = at + x.rank + 1;
     }

@@ -489,9 +489,10 @@ static clnsa_status plan_finish(clnsa_context *ctx, op_plan *p, cl_program prog,
                                 size_t part_off, size_t dxc_off, bool linear, const clnsa_tensor *dst, int D)
 {
     kargs a;
-    /* 4 dims a work-item (nsa_compress.cl) */
-    CHECK(plan_add_kernel(ctx, p, prog, "grad_finish", (size_t[3]){(size_t)D / 4, (size_t)pb->H, (size_t)pb->B * pb->T},
-                          D / 4 < 32 ? (size_t)D / 4 : 32, &a, pb->idx_long));
+    /* 4 dims a work-item, a token's heads a work-group (nsa_compress.cl) */
+    const size_t n = (size_t)D / 4 * pb->H, cap = ctx->info.max_work_group_size < 128 ? ctx->info.max_work_group_size : 128;
+    CHECK(plan_add_kernel(ctx, p, prog, "grad_finish", (size_t[3]){n, 1, (size_t)pb->B * pb->T}, n < cap ? n : cap, &a,
+                          pb->idx_long));
     ka_mem(&a, part_off != NO_REGION ? x->ws : NULL);
     ka_idx(&a, part_off != NO_REGION ? (int64_t)(part_off / 4) : 0);
     ka_mem(&a, dxc_off != NO_REGION ? x->ws : NULL);

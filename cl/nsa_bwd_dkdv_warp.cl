@@ -50,8 +50,10 @@ inline void fetch_query_rows(int r0, int b, int h, __local const int *tok, __glo
     const int t = tok[r], hq = h * G + dkdv_row_head(r0 + r);
     __global const store_t *qrow = q + at4(q_off, q_st, b, max(t, 0), hq, 0);
     __global const store_t *drow = dout + at4(do_off, do_st, b, max(t, 0), hq, 0);
-    for (int c = 8 * part; c < DK; c += 8 * RPT) copy_chunk_async(qs + r * QPAD + tile_col(r, c, QPAD, DK), qrow + c, t >= 0);
-    for (int c = 8 * part; c < DV; c += 8 * RPT) copy_chunk_async(dos + r * DPAD + tile_col(r, c, DPAD, DV), drow + c, t >= 0);
+    for (int c = 8 * part; c < DK; c += 8 * RPT)
+        copy_chunk_async(qs + r * QPAD + tile_col(r, c, QPAD, DK), qrow + c, t >= 0, false);
+    for (int c = 8 * part; c < DV; c += 8 * RPT)
+        copy_chunk_async(dos + r * DPAD + tile_col(r, c, DPAD, DV), drow + c, t >= 0, false);
     copy_async_commit();
 }
 

@@ -8,8 +8,17 @@
  *   dQ += scale dS K
  * dq is owned by its query: written once, no atomics.
  *
+ * K is read in two layouts: as Q K^T's B fragments and as dS K's. Read
+ * from global memory, the second (load_cols) took 4-row pieces and byte
+ * permutes per product; so each warp copies its chunks' K rows into two
+ * local tiles (cp.async, the next chunk's during this one) and reads both
+ * layouts from there, dS K through ldmatrix.trans (the host builds this
+ * program with ACC_TRANS). V, read once, stays in global memory. At 64k in
+ * the anchor configuration on an H100 (2026-11-25): 30.2 -> 25.6 ms; with
+ * the copies through L2 only (.cg), 37.9.
+ *
  * Defines: as nsa_fwd_warp.cl (OUT_VEC: dq's rows aligned for vector
- * stores). NDRange: as nsa_fwd_warp.cl.
+ * stores), and ACC_TRANS = 1. NDRange: as nsa_fwd_warp.cl.
  */
 
 /* The lane's two rows' lse (log2 units), D and gate for one branch. */
@@ -28,28 +37,55 @@ inline void dq_rows(float *lse2, float *dd, float *gg, int ng, __global const fl
     }
 }
 
-/* dq += dS K over keys 0 .. n-1 of k / v (row strides k_rs, v_rs). */
+/* A warp's K tile: KC rows, unpadded and swizzled where DK allows
+ * (warp_attn.h, TILE_SWIZZLED), else padded to 16-byte rows 4 banks apart. */
+#define KT_RS (DK % 64 == 0 ? DK : DK + 8)
+#if !ACC_TRANS
+#error "nsa_bwd_dq_warp.cl accumulates from local tiles: build it with ACC_TRANS 1"
+#endif
+
+/* Starts copying the warp's chunk of K rows (zeros from row `valid` on),
+ * kept in L1 too: the tokens of a compute unit share the compressed rows
+ * and the forced blocks. */
+inline void stage_k(__local store_t *kt, __global const store_t *k, idx_t k_rs, int valid)
+{
+    stage_rows_by(kt, KT_RS, KC, DK, k, k_rs, valid, lane_id(), WARP, true);
+}
+
+/* dq += dS K over keys 0 .. n-1 of k / v (row strides k_rs, v_rs); kt
+ * holds the warp's two K tiles, the next chunk's copied while this one
+ * computes. */
 inline void dq_range(const word_t *qa, const word_t *doa, float *dq, const float *lse2, const float *dd, const float *gg,
                      __global const store_t *k, idx_t k_rs, __global const store_t *v, idx_t v_rs, int n, float sl2,
-                     __local uint *ws)
+                     __local store_t *kt, __local uint *ws)
 {
     const int t = lane_id() & 3;
+    if (n > 0) stage_k(kt, k, k_rs, min(KC, n));
     for (int c0 = 0; c0 < n; c0 += KC) {
-        const int hi = min(KC, n - c0);
-        __global const store_t *kc0 = k + (idx_t)c0 * k_rs;
+        const int hi = min(KC, n - c0), i = (c0 / KC) & 1;
+        __local store_t *cur = kt + i * KC * KT_RS, *next = kt + (i ^ 1) * KC * KT_RS;
+        warp_sync(ws); /* every lane is done reading `next` (the chunk before) */
+        if (c0 + KC < n) {
+            stage_k(next, k + (idx_t)(c0 + KC) * k_rs, k_rs, min(KC, n - c0 - KC));
+            copy_async_wait_prior();
+        } else {
+            copy_async_wait();
+        }
+        warp_sync(ws);
         float s[KC / 2], dp[KC / 2];
-        warp_products(s, qa, kc0, k_rs, 0, hi, DK, ws);
+        lds_products(s, qa, cur, KT_RS, 0, hi, DK, ws);
         warp_products(dp, doa, v + (idx_t)c0 * v_rs, v_rs, 0, hi, DV, ws);
 #pragma unroll
         for (int nb = 0; nb < KC / 8; ++nb)
 #pragma unroll
-            for (int i = 0; i < 4; ++i) {
-                const int j = 8 * nb + 2 * t + (i & 1), r = i >> 1;
-                const float p = j < hi && lse2[r] != -INFINITY ? exp2(s[4 * nb + i] * sl2 - lse2[r]) : 0.0f;
-                s[4 * nb + i] = p * (gg[r] * dp[4 * nb + i] - dd[r]);
+            for (int e = 0; e < 4; ++e) {
+                const int j = 8 * nb + 2 * t + (e & 1), r = e >> 1;
+                const float p = j < hi && lse2[r] != -INFINITY ? exp2(s[4 * nb + e] * sl2 - lse2[r]) : 0.0f;
+                s[4 * nb + e] = p * (gg[r] * dp[4 * nb + e] - dd[r]);
             }
-        warp_accumulate(dq, s, kc0, k_rs, 0, hi, DK, ws);
+        lds_accumulate_trans(dq, s, cur, KT_RS, DK, ws);
     }
+    warp_sync(ws); /* the next range's first copy may overwrite what was read */
 }
 
 #define ROWS(lse, lse_base, lse_hs, dlt, dlt_base, dlt_hs, gate, gate_base, gate_hs) \
@@ -61,6 +97,8 @@ __kernel __attribute__((reqd_work_group_size(NW * WARP, 1, 1))) void nsa_bwd_dq(
     __local uint wscr[NW * WARP_SCRATCH];
     const int warp = get_local_id(0) / WARP, gq = lane_id() >> 2;
     __local uint *ws = wscr + warp * WARP_SCRATCH;
+    __local word4_t kt_raw[NW * 2 * KC * KT_RS / 8]; /* store_t may be half, which local arrays cannot be */
+    __local store_t *kt = (__local store_t *)kt_raw + warp * 2 * KC * KT_RS;
     const int wid = get_group_id(0) * NW + warp, t = wid / NGT, g0 = (wid % NGT) * 16;
     if (t >= T) return;
     cu += cu0;
@@ -88,7 +126,7 @@ __kernel __attribute__((reqd_work_group_size(NW * WARP, 1, 1))) void nsa_bwd_dq(
     {
         const int row0 = cmp_row0(cmp_off, sq), nvis = cmp_visible(tl, live, nc_rows, row0);
         dq_range(qa, doa, dq, lse2, dd, gg, kc + at4(kc_off, kc_st, b, row0, h, 0), kc_st.y,
-                 vc + at4(vc_off, vc_st, b, row0, h, 0), vc_st.y, nvis, sl2, ws);
+                 vc + at4(vc_off, vc_st, b, row0, h, 0), vc_st.y, nvis, sl2, kt, ws);
     }
 #endif
 #if HAS_SLC
@@ -101,7 +139,7 @@ __kernel __attribute__((reqd_work_group_size(NW * WARP, 1, 1))) void nsa_bwd_dq(
             const int2 r = slc_slot(bidx, at4(bi_off, bi_st, b, t, h, 0), bi_st.w, s, tl);
             if (r.y == 0) continue; /* the same for the whole warp */
             dq_range(qa, doa, dq, lse2, dd, gg, kb + (idx_t)r.x * k_st.y, k_st.y, vb + (idx_t)r.x * v_st.y, v_st.y, r.y,
-                     sl2, ws);
+                     sl2, kt, ws);
         }
     }
 #endif
@@ -111,7 +149,7 @@ __kernel __attribute__((reqd_work_group_size(NW * WARP, 1, 1))) void nsa_bwd_dq(
     {
         const int key0 = swa_key0(tl);
         dq_range(qa, doa, dq, lse2, dd, gg, k + at4(k_off, k_st, b, sq.start + key0, h, 0), k_st.y,
-                 v + at4(v_off, v_st, b, sq.start + key0, h, 0), v_st.y, live ? tl + 1 - key0 : 0, sl2, ws);
+                 v + at4(v_off, v_st, b, sq.start + key0, h, 0), v_st.y, live ? tl + 1 - key0 : 0, sl2, kt, ws);
     }
 #endif
 

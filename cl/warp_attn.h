@@ -73,10 +73,10 @@ inline int global_col(int r, int e, idx_t stride, int dim)
 #define SPLIT_WORDS4(x, w) ((w)[0] = (x).lo.lo, (w)[1] = (x).lo.hi, (w)[2] = (x).hi.lo, (w)[3] = (x).hi.hi)
 
 /* Starts copying 8 elements (a chunk: 16 bytes, 32 in f32) from src into
- * dst, or zeros when !valid (copy16_async). */
-inline void copy_chunk_async(__local store_t *dst, __global const store_t *src, bool valid)
+ * dst, or zeros when !valid (copy16_async, which says what `cached` does). */
+inline void copy_chunk_async(__local store_t *dst, __global const store_t *src, bool valid, bool cached)
 {
-    for (int i = 0; i < 8; i += 16 / (int)sizeof(store_t)) copy16_async(dst + i, src + i, valid);
+    for (int i = 0; i < 8; i += 16 / (int)sizeof(store_t)) copy16_async(dst + i, src + i, valid, cached);
 }
 
 /* Row reads (their loops have constant trip counts and unroll). Row r of a tile at base with row stride rs; zeros
@@ -139,20 +139,28 @@ inline void load_cols(__global const store_t *base, idx_t rs, int r, int dim, bo
 
 /* Starts copying `rows` rows of `dim` elements (row r at src + r*rs) into
  * a local tile of `stride`-element rows (swizzled where tile_col says),
- * zeros from row `valid` on (zero
- * keys and values keep masked products finite); asynchronous on NVIDIA
- * (copy_chunk_async): the tile is complete after copy_async_wait() and a
- * barrier. Every work-item of the NW warps calls it. */
+ * zeros from row `valid` on (zero keys and values keep masked products
+ * finite); asynchronous on NVIDIA (copy_chunk_async): the tile is complete
+ * after copy_async_wait() and a barrier. The `step` work-items from
+ * `first` (a work-group's, or a warp's lanes) call it; `cached` as
+ * copy16_async. */
+inline void stage_rows_by(__local store_t *dst, int stride, int rows, int dim, __global const store_t *src, idx_t rs,
+                          int valid, int first, int step, bool cached)
+{
+    const int per = dim / 8;
+    for (int i = first; i < rows * per; i += step) {
+        const int r = i / per, c = 8 * rem_of(i, r, per);
+        const idx_t from = (idx_t)min(r, max(valid - 1, 0)) * rs + c;
+        copy_chunk_async(dst + r * stride + tile_col(r, c, stride, dim), src + from, r < valid, cached);
+    }
+    copy_async_commit();
+}
+
+/* The same by every work-item of the NW warps, through L2 only. */
 inline void stage_rows(__local store_t *dst, int stride, int rows, int dim, __global const store_t *src, idx_t rs,
                        int valid)
 {
-    const int per = dim / 8;
-    for (int i = get_local_id(0); i < rows * per; i += NW * WARP) {
-        const int r = i / per, c = 8 * rem_of(i, r, per);
-        const idx_t from = (idx_t)min(r, max(valid - 1, 0)) * rs + c;
-        copy_chunk_async(dst + r * stride + tile_col(r, c, stride, dim), src + from, r < valid);
-    }
-    copy_async_commit();
+    stage_rows_by(dst, stride, rows, dim, src, rs, valid, get_local_id(0), NW * WARP, false);
 }
 
 /* The A fragments of 16 rows for a product over `dim`: row gq at r0, row

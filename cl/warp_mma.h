@@ -214,15 +214,23 @@ inline void warp_sync(__local uint *ws)
 
 /* Asynchronous copies into local memory (cp.async, sm_80+): 16 bytes from
  * src to dst, or 16 zero bytes when !valid (src is then not read, but must
- * be an address of the buffer). copy_async_commit() closes the work-item's
- * batch; copy_async_wait() waits for all of them, after which a barrier
- * (warp_sync for a warp's own copies) makes the data visible. The local address is the
- * pointer's offset in the shared window, which is what cp.async takes. */
-inline void copy16_async(__local void *dst, __global const void *src, bool valid)
+ * be an address of the buffer). `cached` keeps the bytes in L1 too (.ca),
+ * for rows that other work-groups on the compute unit are likely to read
+ * (compressed rows, the forced blocks); else they go through L2 only (.cg).
+ * copy_async_commit() closes the work-item's batch; copy_async_wait() waits
+ * for all of them, after which a barrier (warp_sync for a warp's own
+ * copies) makes the data visible. The local address is the pointer's
+ * offset in the shared window, which is what cp.async takes. */
+inline void copy16_async(__local void *dst, __global const void *src, bool valid, bool cached)
 {
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"((uint)(size_t)dst), "l"(src),
-                 "r"(valid ? 16 : 0)
-                 : "memory");
+    if (cached)
+        asm volatile("cp.async.ca.shared.global [%0], [%1], 16, %2;" ::"r"((uint)(size_t)dst), "l"(src),
+                     "r"(valid ? 16 : 0)
+                     : "memory");
+    else
+        asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"((uint)(size_t)dst), "l"(src),
+                     "r"(valid ? 16 : 0)
+                     : "memory");
 }
 
 /* The same for one 4-byte word (zero when !valid). */
@@ -248,8 +256,9 @@ inline void warp_sync(__local uint *ws)
 }
 
 /* Plain copies: the barrier after copy_async_wait() orders them. */
-inline void copy16_async(__local void *dst, __global const void *src, bool valid)
+inline void copy16_async(__local void *dst, __global const void *src, bool valid, bool cached)
 {
+    (void)cached;
     *(__local uint4 *)dst = valid ? *(__global const uint4 *)src : (uint4)(0u);
 }
 

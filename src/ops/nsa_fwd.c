@@ -143,6 +143,8 @@ clnsa_status nsa_plan_query_kernel(clnsa_context *ctx, op_plan *p, const nsa_pro
         const bool lean = kind == ATTN_FWD && !fused;
         append(defines, sizeof defines, strlen(defines), "#define V_EARLY %d\n#define WHOLE_SLC %d\n#define WHOLE_CMP_SWA %d\n",
                lean, lean || fused, lean);
+        if (kind == ATTN_DQ) /* dS K from local K tiles (nsa_bwd_dq_warp.cl) */
+            append(defines, sizeof defines, strlen(defines), "#define ACC_TRANS 1\n");
         files = kind == ATTN_DQ ? dq_warp_files : fused ? fused_fwd_warp_files : fwd_warp_files;
         wg = wp.wg;
         g[0] = 32 * (size_t)pb->T * (size_t)((pb->G + 15) / 16);

@@ -84,7 +84,13 @@ static size_t fwd_warp_bytes(const int *v, const tune_problem *pb)
     return (size_t)(v[0] / 32) * (warp_scratch_bytes(pb) + sizeof(float) * 16u * (size_t)pb->dv);
 }
 
-static size_t dq_warp_bytes(const int *v, const tune_problem *pb) { return (size_t)(v[0] / 32) * warp_scratch_bytes(pb); }
+/* The dq warp kernel: each warp's two tiles of KC K rows (padded as the
+ * dk/dv kernel's, below). */
+static size_t dq_warp_bytes(const int *v, const tune_problem *pb)
+{
+    const size_t krow = (size_t)pb->dk + (pb->dk % 64 ? 8u : 0u);
+    return (size_t)(v[0] / 32) * (warp_scratch_bytes(pb) + 2u * (size_t)v[1] * krow * warp_elem_bytes(pb));
+}
 
 /* The dk/dv warp kernel stages chunks of KC query rows two deep: Q and dO
  * (rows of a multiple of 64 elements unpadded and swizzled, others padded

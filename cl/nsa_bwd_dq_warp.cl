@@ -14,7 +14,7 @@
  * local tiles (cp.async, the next chunk's during this one) and reads both
  * layouts from there, dS K through ldmatrix.trans (the host builds this
  * program with ACC_TRANS). V, read once, stays in global memory. At 64k in
- * the anchor configuration on an H100 (2026-11-25): 30.2 -> 25.6 ms; with
+ * the anchor configuration on an H100 (2026-11-25): 30.2 -> 25.0 ms; with
  * the copies through L2 only (.cg), 37.9.
  *
  * Defines: as nsa_fwd_warp.cl (OUT_VEC: dq's rows aligned for vector

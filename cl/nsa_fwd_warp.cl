@@ -111,6 +111,12 @@ __kernel __attribute__((reqd_work_group_size(NW * WARP, 1, 1))) void nsa_fwd(
     const int warp = get_local_id(0) / WARP, lane = lane_id(), gq = lane >> 2;
     __local uint *ws = wscr + warp * WARP_SCRATCH;
     __local float *outs = out_all + warp * 16 * DV;
+#if V_STAGE
+    __local word4_t vt_raw[NW * KC * VT_RS / 8];
+    __local store_t *vt = (__local store_t *)vt_raw + warp * KC * VT_RS;
+#else
+    __local store_t *vt = NULL;
+#endif
     const int wid = get_group_id(0) * NW + warp, t = wid / NGT, g0 = (wid % NGT) * 16;
     if (t >= T) return;
     cu += cu0;
@@ -134,7 +140,7 @@ __kernel __attribute__((reqd_work_group_size(NW * WARP, 1, 1))) void nsa_fwd(
 #if HAS_CMP
     warp_reset(m, l, acc);
     warp_attend_range(qa, m, l, acc, kc + at4(kc_off, kc_st, b, row0, h, 0), kc_st.y,
-                      vc + at4(vc_off, vc_st, b, row0, h, 0), vc_st.y, nvis, sl2, WHOLE_CMP_SWA, ws);
+                      vc + at4(vc_off, vc_st, b, row0, h, 0), vc_st.y, nvis, sl2, WHOLE_CMP_SWA, vt, ws);
     DONE(cmp, c);
 #endif
 
@@ -167,7 +173,7 @@ __kernel __attribute__((reqd_work_group_size(NW * WARP, 1, 1))) void nsa_fwd(
 #endif
             if (r.y == 0) continue; /* the same for the whole warp */
             warp_attend_range(qa, m, l, acc, kb + (idx_t)r.x * k_st.y, k_st.y, vb + (idx_t)r.x * v_st.y, v_st.y, r.y,
-                              sl2, WHOLE_SLC, ws);
+                              sl2, WHOLE_SLC, vt, ws);
         }
     }
     DONE(slc, s);
@@ -179,7 +185,7 @@ __kernel __attribute__((reqd_work_group_size(NW * WARP, 1, 1))) void nsa_fwd(
         const int key0 = swa_key0(tl);
         __global const store_t *kb = k + at4(k_off, k_st, b, sq.start + key0, h, 0);
         __global const store_t *vb = v + at4(v_off, v_st, b, sq.start + key0, h, 0);
-        warp_attend_range(qa, m, l, acc, kb, k_st.y, vb, v_st.y, live ? tl + 1 - key0 : 0, sl2, WHOLE_CMP_SWA, ws);
+        warp_attend_range(qa, m, l, acc, kb, k_st.y, vb, v_st.y, live ? tl + 1 - key0 : 0, sl2, WHOLE_CMP_SWA, vt, ws);
     }
     DONE(swa, w);
 #endif

@@ -463,10 +463,33 @@ inline bool warp_softmax(float *s, const float *mx, float *m, float *l, float *a
  * without the top-k gains (selected branch with given indices at 64k on
  * the H200: 16.6 -> 16.2 ms); the one with it, which keeps the top-k's
  * state live too, did not (26.7 -> 27.0 ms). */
+/* With V_STAGE (set by the host where it pays, instead of V_EARLY; needs
+ * ACC_TRANS) the chunk's V rows are copied into the warp's local tile vt
+ * (KC rows of VT_RS) at the chunk's start, kept in L1 too (.ca), and P V
+ * reads them through ldmatrix.trans after the softmax: the copies' latency
+ * passes under Q K^T and the softmax without holding registers, and the
+ * compressed and window rows that neighbouring tokens share come from L1.
+ * At 64k on an H100 (2026-11-25): the forward that runs the top-k 26.3 ->
+ * 25.8 ms; the compressed branch alone 7.94 -> 7.24 against V_EARLY; the
+ * selected branch alone 17.15 -> 17.36, so it keeps V_EARLY. */
+#ifndef V_STAGE
+#define V_STAGE 0
+#endif
+#if V_STAGE && !ACC_TRANS
+#error "V_STAGE reads V through lds_accumulate_trans: build with ACC_TRANS 1"
+#endif
+#define VT_RS (DV % 64 == 0 ? DV : DV + 8)
 inline void warp_attend_chunk(const word_t *qa, float *m, float *l, float *acc, __global const store_t *k, idx_t k_rs,
-                              __global const store_t *v, idx_t v_rs, int n, float scale_log2, __local uint *ws)
+                              __global const store_t *v, idx_t v_rs, int n, float scale_log2, __local store_t *vt,
+                              __local uint *ws)
 {
     float s[KC / 2], mx[2], alpha[2];
+#if V_STAGE
+    warp_sync(ws); /* every lane is done reading the last chunk's tile */
+    stage_rows_by(vt, VT_RS, KC, DV, v, v_rs, n, lane_id(), WARP, true);
+#else
+    (void)vt;
+#endif
 #if V_EARLY
     word_t xs[KC / 16][4][COL_WORDS];
 #pragma unroll
@@ -478,7 +501,11 @@ inline void warp_attend_chunk(const word_t *qa, float *m, float *l, float *acc, 
 #pragma unroll
         for (int i = 0; i < ACC_N; ++i) acc[i] *= alpha[(i >> 1) & 1];
     }
-#if V_EARLY
+#if V_STAGE
+    copy_async_wait();
+    warp_sync(ws);
+    lds_accumulate_trans(acc, s, vt, VT_RS, DV, ws);
+#elif V_EARLY
 #pragma unroll
     for (int kk = 0; kk < KC / 16; ++kk) mma_step_cols(acc, s, kk, xs[kk], DV, ws);
 #else
@@ -499,13 +526,14 @@ inline void warp_attend_chunk(const word_t *qa, float *m, float *l, float *acc, 
  * selected branch split, but 194 registers and 31.1 ms with every branch
  * split. dq's loop, split the same way, went 30.4 -> 31.7 ms. */
 inline void warp_attend_range(const word_t *qa, float *m, float *l, float *acc, __global const store_t *k, idx_t k_rs,
-                              __global const store_t *v, idx_t v_rs, int n, float scale_log2, int whole, __local uint *ws)
+                              __global const store_t *v, idx_t v_rs, int n, float scale_log2, int whole,
+                              __local store_t *vt, __local uint *ws)
 {
     for (int c0 = 0; c0 < n; c0 += KC) {
         const int hi = min(KC, n - c0);
         __global const store_t *kc0 = k + (idx_t)c0 * k_rs, *vc0 = v + (idx_t)c0 * v_rs;
-        if (whole && hi == KC) warp_attend_chunk(qa, m, l, acc, kc0, k_rs, vc0, v_rs, KC, scale_log2, ws);
-        else warp_attend_chunk(qa, m, l, acc, kc0, k_rs, vc0, v_rs, hi, scale_log2, ws);
+        if (whole && hi == KC) warp_attend_chunk(qa, m, l, acc, kc0, k_rs, vc0, v_rs, KC, scale_log2, vt, ws);
+        else warp_attend_chunk(qa, m, l, acc, kc0, k_rs, vc0, v_rs, hi, scale_log2, vt, ws);
     }
 }
 

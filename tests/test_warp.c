@@ -82,7 +82,7 @@ static bool topk_fused(const nsa_case *c)
 static void test_forward(void **state)
 {
     (void)state;
-    bool ran = false, topk_kernel = false, fused = false, unfused = false;
+    bool ran = false, topk_kernel = false, fused = false, unfused = false, unfused_noslc = false;
     for (size_t i = 0; i < warp_case_count; ++i) {
         const nsa_case *c = &warp_cases[i];
         if (!nsa_case_selected(c->name)) continue;
@@ -95,15 +95,18 @@ static void test_forward(void **state)
         nsa_check_forward(&r);
         ran = true;
         if (r.topk_ran) *(topk_fused(c) ? &fused : &topk_kernel) = true;
-        if (!r.topk_ran || !topk_fused(c)) unfused = true;
+        if (!r.topk_ran || !topk_fused(c)) *(c->slc ? &unfused : &unfused_noslc) = true;
         nsa_run_free(&r);
     }
     if (ran) assert_true(built("nsa_fwd_warp.cl"));
     if (topk_kernel) assert_true(built("nsa_topk_warp.cl"));
-    if (fused) /* the forward that runs the top-k itself, whole chunks unguarded in its selected branch */
-        assert_true(built("#define FUSED_TOPK 1\n") && built("#define V_EARLY 0\n#define WHOLE_SLC 1\n#define WHOLE_CMP_SWA 0\n"));
+    if (fused) /* the forward that runs the top-k itself stages V, whole chunks unguarded in its selected branch */
+        assert_true(built("#define FUSED_TOPK 1\n") &&
+                    built("#define V_EARLY 0\n#define V_STAGE 1\n#define ACC_TRANS 1\n#define WHOLE_SLC 1\n#define WHOLE_CMP_SWA 0\n"));
     if (unfused) /* the forward without it loads V with K and runs whole chunks unguarded in every branch */
-        assert_true(built("#define V_EARLY 1\n#define WHOLE_SLC 1\n#define WHOLE_CMP_SWA 1\n"));
+        assert_true(built("#define V_EARLY 1\n#define V_STAGE 0\n#define ACC_TRANS 0\n#define WHOLE_SLC 1\n#define WHOLE_CMP_SWA 1\n"));
+    if (unfused_noslc) /* ... but stages V where no selected branch runs */
+        assert_true(built("#define V_EARLY 0\n#define V_STAGE 1\n#define ACC_TRANS 1\n#define WHOLE_SLC 1\n#define WHOLE_CMP_SWA 1\n"));
 }
 
 /* Mesa (rusticl): the library refuses the emulated backward, whose dk/dv

@@ -137,14 +137,17 @@ clnsa_status nsa_plan_query_kernel(clnsa_context *ctx, op_plan *p, const nsa_pro
         if (fused)
             append(defines, sizeof defines, strlen(defines), "#define FUSED_TOPK 1\n#define JB %d\n#define PC_MAX %lld\n",
                    pb->topk_jb, (long long)pb->topk_pc_max);
-        /* V rows loaded with K rows, and whole chunks unguarded in every
-         * branch (warp_attn.h): gains where the top-k does not share the
-         * kernel's registers; with it, only the selected branch's chunks */
+        /* V rows loaded with K rows (V_EARLY), or copied into a local tile
+         * (V_STAGE), and whole chunks unguarded (warp_attn.h): V_EARLY's
+         * registers pay only where the top-k does not share the kernel and
+         * the selected branch runs; V_STAGE everywhere else; whole chunks in
+         * every branch without the top-k, only the selected one's with it */
         const bool lean = kind == ATTN_FWD && !fused;
-        append(defines, sizeof defines, strlen(defines), "#define V_EARLY %d\n#define WHOLE_SLC %d\n#define WHOLE_CMP_SWA %d\n",
-               lean, lean || fused, lean);
-        if (kind == ATTN_DQ) /* dS K from local K tiles (nsa_bwd_dq_warp.cl) */
-            append(defines, sizeof defines, strlen(defines), "#define ACC_TRANS 1\n");
+        const bool staged = kind == ATTN_FWD && (fused || !pb->has_slc);
+        append(defines, sizeof defines, strlen(defines),
+               "#define V_EARLY %d\n#define V_STAGE %d\n#define ACC_TRANS %d\n#define WHOLE_SLC %d\n#define WHOLE_CMP_SWA %d\n",
+               lean && !staged, staged, staged || kind == ATTN_DQ /* dq: dS K from local K tiles */, lean || fused,
+               lean);
         files = kind == ATTN_DQ ? dq_warp_files : fused ? fused_fwd_warp_files : fwd_warp_files;
         wg = wp.wg;
         g[0] = 32 * (size_t)pb->T * (size_t)((pb->G + 15) / 16);

@@ -81,7 +81,11 @@ static size_t warp_scratch_bytes(const tune_problem *pb)
 
 static size_t fwd_warp_bytes(const int *v, const tune_problem *pb)
 {
-    return (size_t)(v[0] / 32) * (warp_scratch_bytes(pb) + sizeof(float) * 16u * (size_t)pb->dv);
+    /* per warp: the gated outputs' sum, and the V tile of V_STAGE (counted
+     * whether or not the program stages) */
+    const size_t vrow = (size_t)pb->dv + (pb->dv % 64 ? 8u : 0u);
+    return (size_t)(v[0] / 32) *
+           (warp_scratch_bytes(pb) + sizeof(float) * 16u * (size_t)pb->dv + (size_t)v[1] * vrow * warp_elem_bytes(pb));
 }
 
 /* The dq warp kernel: each warp's two tiles of KC K rows (padded as the

@@ -19,7 +19,8 @@
  * HAS_SWA, HAS_COUNTS, BS, S, CMP_L, CMP_D, WINDOW, BWD_PRE, OUT_VEC (o's
  * rows aligned for vector stores), SAVE_VEC (likewise the saved branch
  * outputs'), FUSED_TOPK (then nsa_topk_warp.h and its JB, PC_MAX,
- * INIT_BLOCKS, LOCAL_BLOCKS), V_EARLY, WHOLE_SLC and WHOLE_CMP_SWA (the
+ * INIT_BLOCKS, LOCAL_BLOCKS), V_EARLY or V_STAGE (how V is read, with
+ * ACC_TRANS for V_STAGE: warp_attn.h), WHOLE_SLC and WHOLE_CMP_SWA (the
  * branches whose whole chunks run unguarded: warp_attn.h's
  * warp_attend_range).
  * NDRange: (32 * NW * ceil(T*NGT / NW), H, B); warp w of group x owns token

@@ -4,8 +4,10 @@
  * and the output accumulator stay in mma fragments (warp_mma.h), the row
  * statistics are exchanged across the 4 lanes of a row, and P feeds the
  * P V product straight from the score registers. Keys and values are read
- * from global memory into registers (no local memory, no barriers), each
- * lane reading whole 8- or 16-byte pieces of a row.
+ * from global memory into registers, each lane reading whole 8- or 16-byte
+ * pieces of a row; or, where the host says (V_STAGE below, the dq kernel's
+ * K), copied into a warp's own local tile first, which only the warp's own
+ * barrier (warp_sync) guards.
  *
  * The order in which a product's contraction index runs does not change
  * the product, so each one is permuted to make the reads contiguous:
@@ -455,14 +457,6 @@ inline bool warp_softmax(float *s, const float *mx, float *m, float *l, float *a
     return move;
 }
 
-/* One chunk of the online softmax: keys k, v (row strides k_rs, v_rs) at
- * chunk positions 0 .. n-1 (n <= KC), seen by every row.
- * With V_EARLY (set by the host) the chunk's V rows are loaded with its K
- * rows, before Q K^T, so that their latency passes under the products and
- * the softmax: KC/4 * DV/16 more words a lane (32 at KC = 16). The forward
- * without the top-k gains (selected branch with given indices at 64k on
- * the H200: 16.6 -> 16.2 ms); the one with it, which keeps the top-k's
- * state live too, did not (26.7 -> 27.0 ms). */
 /* With V_STAGE (set by the host where it pays, instead of V_EARLY; needs
  * ACC_TRANS) the chunk's V rows are copied into the warp's local tile vt
  * (KC rows of VT_RS) at the chunk's start, kept in L1 too (.ca), and P V
@@ -479,6 +473,15 @@ inline bool warp_softmax(float *s, const float *mx, float *m, float *l, float *a
 #error "V_STAGE reads V through lds_accumulate_trans: build with ACC_TRANS 1"
 #endif
 #define VT_RS (DV % 64 == 0 ? DV : DV + 8)
+
+/* One chunk of the online softmax: keys k, v (row strides k_rs, v_rs) at
+ * chunk positions 0 .. n-1 (n <= KC), seen by every row.
+ * With V_EARLY (set by the host) the chunk's V rows are loaded with its K
+ * rows, before Q K^T, so that their latency passes under the products and
+ * the softmax: KC/4 * DV/16 more words a lane (32 at KC = 16). The forward
+ * without the top-k gains (selected branch with given indices at 64k on
+ * the H200: 16.6 -> 16.2 ms); the one with it, which keeps the top-k's
+ * state live too, did not (26.7 -> 27.0 ms). */
 inline void warp_attend_chunk(const word_t *qa, float *m, float *l, float *acc, __global const store_t *k, idx_t k_rs,
                               __global const store_t *v, idx_t v_rs, int n, float scale_log2, __local store_t *vt,
                               __local uint *ws)

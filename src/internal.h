@@ -200,6 +200,13 @@ clnsa_status plan_run(clnsa_context *ctx, op_plan *p, clnsa_status prepared, cl_
 
 /* ------------------------------------------------------------------ misc */
 
+/* Returns x's status from the enclosing function unless it is success. */
+#define CHECK(x)                              \
+    do {                                      \
+        clnsa_status st_ = (x);               \
+        if (st_ != CLNSA_SUCCESS) return st_; \
+    } while (0)
+
 int cx_env_int(const char *name, int fallback);
 size_t round_up(size_t x, size_t m);
 

@@ -8,12 +8,6 @@
 #include <stdio.h>
 #include <string.h>
 
-#define CHECK(x)                              \
-    do {                                      \
-        clnsa_status st_ = (x);               \
-        if (st_ != CLNSA_SUCCESS) return st_; \
-    } while (0)
-
 void clnsa_blocksparse_config_init(clnsa_blocksparse_config *c)
 {
     if (!c) return;

@@ -19,12 +19,6 @@ void clnsa_nsa_config_init(clnsa_nsa_config *c)
     c->scale = 0.0f;
 }
 
-#define CHECK(x)                                   \
-    do {                                           \
-        clnsa_status st_ = (x);                    \
-        if (st_ != CLNSA_SUCCESS) return st_;      \
-    } while (0)
-
 static clnsa_status check_config(clnsa_context *ctx, const clnsa_nsa_config *c)
 {
     struct { const char *name; int v, lo, hi; } r[] = {

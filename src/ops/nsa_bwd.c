@@ -23,12 +23,6 @@ static const char *const dkdv_warp_files[] = {"common.h", "warp_mma.h", "warp_at
                                               "nsa_bwd_dkdv_warp.cl", NULL};
 static const char *const delta_files[] = {"common.h", "nsa_bwd_delta.cl", NULL};
 
-#define CHECK(x)                              \
-    do {                                      \
-        clnsa_status st_ = (x);               \
-        if (st_ != CLNSA_SUCCESS) return st_; \
-    } while (0)
-
 /* The warp path's heavy blocks (nsa_dkdv.h): the selected branch's first
  * INIT_BLOCKS blocks of each sequence when top-k ran, their rows split so
  * that there are about 8 groups per compute unit, up to 64 splits. nh: the

@@ -9,12 +9,6 @@
 
 static const char *const index_files[] = {"common.h", "nsa_ranges.h", "nsa_select_index.cl", NULL};
 
-#define CHECK(x)                              \
-    do {                                      \
-        clnsa_status st_ = (x);               \
-        if (st_ != CLNSA_SUCCESS) return st_; \
-    } while (0)
-
 static void int_array_arg(kargs *a, int_array x)
 {
     ka_mem(a, x.mem);

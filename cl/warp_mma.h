@@ -221,16 +221,14 @@ inline void warp_sync(__local uint *ws)
  * for all of them, after which a barrier (warp_sync for a warp's own
  * copies) makes the data visible. The local address is the pointer's
  * offset in the shared window, which is what cp.async takes. */
+#define CP_ASYNC16(level, dst, src, valid)                                                                       \
+    asm volatile("cp.async." level ".shared.global [%0], [%1], 16, %2;" ::"r"((uint)(size_t)(dst)), "l"(src), \
+                 "r"((valid) ? 16 : 0)                                                                          \
+                 : "memory")
 inline void copy16_async(__local void *dst, __global const void *src, bool valid, bool cached)
 {
-    if (cached)
-        asm volatile("cp.async.ca.shared.global [%0], [%1], 16, %2;" ::"r"((uint)(size_t)dst), "l"(src),
-                     "r"(valid ? 16 : 0)
-                     : "memory");
-    else
-        asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"((uint)(size_t)dst), "l"(src),
-                     "r"(valid ? 16 : 0)
-                     : "memory");
+    if (cached) CP_ASYNC16("ca", dst, src, valid);
+    else CP_ASYNC16("cg", dst, src, valid);
 }
 
 /* The same for one 4-byte word (zero when !valid). */

@@ -19,9 +19,29 @@
  * heavy blocks of the selected branch (nsa_dkdv.h) take the same way, their
  * slices summed by nsa_dkdv_sum_heavy into the blocks' token rows.
  *
+ * DS_KEEP (BRANCH 1): the pass also writes dS, which dq then reads instead
+ * of recomputing P and dP (nsa_bwd_dq_warp.cl): per (batch, token, KV
+ * head, slot, head of the group) a row of KSP elements (the block's keys,
+ * KSP = BS rounded up to 16; zeros past its end), [B, T, H, S, G, KSP] in
+ * the storage type at ds + ds0, the keys of each 16 in the order 0, 1, 8,
+ * 9, 2, 3, 10, 11, ... (keep_ds_step). The score fragments hold dS^T (keys
+ * as rows), so each 8x8 piece is transposed in registers (mat8_trans).
+ *
  * Defines (besides nsa_dkdv.h): NW, DK, DV, KC (16 or 32), ACCUM, NSPLIT,
- * TKK = 16*NW. NDRange: (32 * NW * tiles * NSPLIT, H, B).
+ * TKK = 16*NW, DS_KEEP, KSP. NDRange: (32 * NW * tiles * NSPLIT, H, B).
  */
+
+#ifndef DS_KEEP
+#define DS_KEEP 0
+#endif
+#if DS_KEEP
+#if BRANCH != 1
+#error "DS_KEEP is the selected branch's"
+#endif
+#define DKDV_DS_ARGS , __global store_t *ds, long ds0
+#else
+#define DKDV_DS_ARGS
+#endif
 
 #define RQ KC /* query rows per chunk */
 /* row strides of the staged rows, in elements: rows of a multiple of 64
@@ -83,6 +103,34 @@ inline void row_values_put(row_values x, int r, __local float *lse_s, __local fl
     g_s[r] = x.g;
 }
 
+#if DS_KEEP
+/* Where query row r's dS row lies in ds, in rows of KSP (-1: no row):
+ * (batch, token, KV head, slot, head of the group). Worked out once per
+ * row, by the work-items that stage the row's values. */
+inline int ds_row(dkdv_tile kt, int rr, __global const int *lst, int b, int h, int H, int T)
+{
+    const int tok = dkdv_row_token(kt, rr, lst);
+    return tok < 0 ? -1 : ((((b * T + tok) * H + h) * S + dkdv_row_slot(kt, rr, lst)) * G + dkdv_row_head(rr));
+}
+
+/* Stores k-step kk's dS (query rows 16kk .. 16kk+15 of the chunk, their dS
+ * rows in row) from its dS^T A fragments a: keys kb .. kb+15 of the block.
+ * a[0], a[1] are keys 0-7, 8-15 of query rows 0-7, a[2], a[3] of rows
+ * 8-15, 8x8 pieces that, transposed, give lane (gq, t) keys 2t, 2t+1 and
+ * 8+2t, 9+2t of a query row: stored as one 8-byte word at 4t (a row's keys
+ * are in this order within each 16, which dq's loads share). */
+inline void keep_ds_step(__global store_t *ds, const word_t *a, int kk, __local const int *row, int kb, __local uint *ws)
+{
+    const int gq = lane_id() >> 2, t = lane_id() & 3;
+#pragma unroll
+    for (int g8 = 0; g8 < 2; ++g8) {
+        const word2_t w = (word2_t)(mat8_trans(a[2 * g8], ws), mat8_trans(a[2 * g8 + 1], ws));
+        const int r = row[16 * kk + 8 * g8 + gq];
+        if (r >= 0 && kb < KSP) STORE_WORDS2(w, 0, ds + (long)r * KSP + kb + 4 * t);
+    }
+}
+#endif
+
 /* Adds (ACCUM, unsplit) or writes the lane's values of key row hr (gq,
  * gq+8) of a dense f32 [B, rows, H, dim] gradient, times scale.
  * ADD_IN_PLACE is one literal, for the reason SKIP_INIT_ROWS is
@@ -102,13 +150,19 @@ inline void store_key_row(__global float *g, idx_t at, int dim, const float *c, 
     }
 }
 
-__kernel __attribute__((reqd_work_group_size(NW * WARP, 1, 1))) void nsa_bwd_dkdv(DKDV_ARGS)
+__kernel __attribute__((reqd_work_group_size(NW * WARP, 1, 1))) void nsa_bwd_dkdv(DKDV_ARGS DKDV_DS_ARGS)
 {
     __local uint wscr[NW * WARP_SCRATCH];
     /* read and written in chunks of 8 elements: word4_t arrays for the alignment
      * (f16 arrays would need cl_khr_fp16 anyway) */
     __local word4_t q_raw[2][RQ * QPAD / 8], do_raw[2][RQ * DPAD / 8];
     __local int tok_s[3][RQ];
+#if DS_KEEP
+    __local int dsrow_s[3][RQ];
+    ds += ds0;
+    /* the warp's keys' place in the block (sub-tile x % NSUB) */
+    const int kb = (int)(get_group_id(0) / NSPLIT % NSUB) * TKK + (int)(get_local_id(0) / WARP) * 16;
+#endif
     __local float lse_s[2][RQ], d_s[2][RQ], g_s[2][RQ];
     const int warp = get_local_id(0) / WARP, lane = lane_id(), gq = lane >> 2, tq = lane & 3;
     __local uint *ws = wscr + warp * WARP_SCRATCH;
@@ -150,6 +204,10 @@ __kernel __attribute__((reqd_work_group_size(NW * WARP, 1, 1))) void nsa_bwd_dkd
     if (lid < RQ) {
         tok_s[0][lid] = dkdv_row_token(kt, r_begin + lid, lst);
         tok_s[1][lid] = dkdv_row_token(kt, r_begin + RQ + lid, lst);
+#if DS_KEEP
+        dsrow_s[0][lid] = ds_row(kt, r_begin + lid, lst, b, h, H, T);
+        dsrow_s[1][lid] = ds_row(kt, r_begin + RQ + lid, lst, b, h, H, T);
+#endif
     }
     barrier(CLK_LOCAL_MEM_FENCE);
     if (nchunks > 0) {
@@ -166,9 +224,15 @@ __kernel __attribute__((reqd_work_group_size(NW * WARP, 1, 1))) void nsa_bwd_dkd
     for (int c = 0; c < nchunks; ++c) {
         const int r0 = r_begin + c * RQ, cur = c & 1;
         int tok2 = -1;
+#if DS_KEEP
+        int dsrow2 = -1;
+#endif
         row_values next = {-INFINITY, 0.0f, 0.0f};
         if (lid < RQ) {
             tok2 = dkdv_row_token(kt, r0 + 2 * RQ + lid, lst);
+#if DS_KEEP
+            dsrow2 = ds_row(kt, r0 + 2 * RQ + lid, lst, b, h, H, T);
+#endif
             next = row_values_get(r0 + RQ + lid, tok_s[tn][lid], b, h, gate, g_off, g_st, lse, l_off, l_st, dlt, x_off,
                                   x_st);
         }
@@ -195,10 +259,23 @@ __kernel __attribute__((reqd_work_group_size(NW * WARP, 1, 1))) void nsa_bwd_dkd
             dp[i] = g_r[r] * p;                   /* g P^T */
         }
         lds_accumulate_trans(dva, dp, dos, DPAD, DV, ws);
+#if DS_KEEP
+#pragma unroll
+        for (int kk = 0; kk < KC / 16; ++kk) { /* dS's fragments packed once for both */
+            word_t a[4];
+            p_afrag(s, kk, a, ws);
+            lds_accumulate_step(dka, a, qs, QPAD, kk, DK, ws);
+            keep_ds_step(ds, a, kk, dsrow_s[tc], kb, ws);
+        }
+#else
         lds_accumulate_trans(dka, s, qs, QPAD, DK, ws);
+#endif
 
         if (lid < RQ) {
             tok_s[tf][lid] = tok2;
+#if DS_KEEP
+            dsrow_s[tf][lid] = dsrow2;
+#endif
             row_values_put(next, lid, lse_s[cur ^ 1], d_s[cur ^ 1], g_s[cur ^ 1]);
         }
         copy_async_wait();

@@ -17,9 +17,22 @@
  * the anchor configuration on an H100 (2026-11-25): 30.2 -> 25.0 ms; with
  * the copies through L2 only (.cg), 37.9.
  *
+ * DS_KEEP: the selected branch's dS comes from the rows the dk/dv pass
+ * kept ([B, T, H, S, G, KSP] at ds + ds0, nsa_bwd_dkdv_warp.cl), so that
+ * branch takes one product, dS K, instead of three.
+ *
  * Defines: as nsa_fwd_warp.cl (OUT_VEC: dq's rows aligned for vector
- * stores), and ACC_TRANS = 1. NDRange: as nsa_fwd_warp.cl.
+ * stores), ACC_TRANS = 1, DS_KEEP, KSP. NDRange: as nsa_fwd_warp.cl.
  */
+
+#ifndef DS_KEEP
+#define DS_KEEP 0
+#endif
+#if DS_KEEP
+#define DQ_DS_ARGS , __global const store_t *ds, long ds0
+#else
+#define DQ_DS_ARGS
+#endif
 
 /* The lane's two rows' lse (log2 units), D and gate for one branch. */
 inline void dq_rows(float *lse2, float *dd, float *gg, int ng, __global const float *lse, idx_t lse_base, idx_t lse_hs,
@@ -52,6 +65,25 @@ inline void stage_k(__local store_t *kt, __global const store_t *k, idx_t k_rs, 
     stage_rows_by(kt, KT_RS, KC, DK, k, k_rs, valid, lane_id(), WARP, true);
 }
 
+/* The tile of the chunk of keys from c0 (of n, from k), once its copy is
+ * done; the next chunk's copy into the warp's other tile is started first,
+ * so that it runs while this one computes (the first chunk's copy is
+ * started by the caller). */
+inline __local store_t *k_chunk(__local store_t *kt, __global const store_t *k, idx_t k_rs, int c0, int n,
+                                __local uint *ws)
+{
+    const int i = (c0 / KC) & 1;
+    warp_sync(ws); /* every lane is done reading the other tile (the chunk before) */
+    if (c0 + KC < n) {
+        stage_k(kt + (i ^ 1) * KC * KT_RS, k + (idx_t)(c0 + KC) * k_rs, k_rs, min(KC, n - c0 - KC));
+        copy_async_wait_prior();
+    } else {
+        copy_async_wait();
+    }
+    warp_sync(ws);
+    return kt + i * KC * KT_RS;
+}
+
 /* dq += dS K over keys 0 .. n-1 of k / v (row strides k_rs, v_rs); kt
  * holds the warp's two K tiles, the next chunk's copied while this one
  * computes. */
@@ -62,16 +94,8 @@ inline void dq_range(const word_t *qa, const word_t *doa, float *dq, const float
     const int t = lane_id() & 3;
     if (n > 0) stage_k(kt, k, k_rs, min(KC, n));
     for (int c0 = 0; c0 < n; c0 += KC) {
-        const int hi = min(KC, n - c0), i = (c0 / KC) & 1;
-        __local store_t *cur = kt + i * KC * KT_RS, *next = kt + (i ^ 1) * KC * KT_RS;
-        warp_sync(ws); /* every lane is done reading `next` (the chunk before) */
-        if (c0 + KC < n) {
-            stage_k(next, k + (idx_t)(c0 + KC) * k_rs, k_rs, min(KC, n - c0 - KC));
-            copy_async_wait_prior();
-        } else {
-            copy_async_wait();
-        }
-        warp_sync(ws);
+        const int hi = min(KC, n - c0);
+        __local const store_t *cur = k_chunk(kt, k, k_rs, c0, n, ws);
         float s[KC / 2], dp[KC / 2];
         lds_products(s, qa, cur, KT_RS, 0, hi, DK, ws);
         warp_products(dp, doa, v + (idx_t)c0 * v_rs, v_rs, 0, hi, DV, ws);
@@ -88,11 +112,81 @@ inline void dq_range(const word_t *qa, const word_t *doa, float *dq, const float
     warp_sync(ws); /* the next range's first copy may overwrite what was read */
 }
 
+#if DS_KEEP
+/* The selected branch with the kept dS: dq += dS K over the keys of the
+ * token's slots, taken as one stream of chunks of KC keys (a slot's keys
+ * from key0, n of them), so that each chunk's dS words and K rows are
+ * fetched while the chunk before computes, across slots too. */
+typedef struct {
+    int s, c0, key0, n; /* slot s (nslots: done), its chunk from key c0 */
+} slc_chunk;
+
+inline slc_chunk slc_next(slc_chunk c, __global const int *bidx, idx_t row, idx_t slot_stride, int nslots, int tl)
+{
+    c.c0 += KC;
+    while (c.c0 >= c.n && ++c.s < nslots) {
+        const int2 r = slc_slot(bidx, row, slot_stride, c.s, tl);
+        c.key0 = r.x;
+        c.n = r.y;
+        c.c0 = 0;
+    }
+    return c;
+}
+
+/* The A fragments of a chunk's k-steps from the kept rows (ds: the tile's
+ * row 0 of slot 0; rows from ng on absent, as are k-steps past the chunk's
+ * keys): one 8-byte word a row holds a0 and a2 (a1 and a3), the keys being
+ * stored in that order (nsa_bwd_dkdv_warp.cl, keep_ds_step). */
+inline void kept_afrag(word2_t a[KC / 16][2], __global const store_t *ds, slc_chunk c, int nslots, int ng)
+{
+    const int gq = lane_id() >> 2, hi = c.s < nslots ? min(KC, c.n - c.c0) : 0;
+    __global const store_t *p = ds + ((long)c.s * G + gq) * KSP + c.c0 + 4 * (lane_id() & 3);
+#pragma unroll
+    for (int kk = 0; kk < KC / 16; ++kk) {
+        a[kk][0] = 16 * kk < hi && gq < ng ? *(__global const word2_t *)(p + 16 * kk) : (word2_t)(0);
+        a[kk][1] = 16 * kk < hi && gq + 8 < ng ? *(__global const word2_t *)(p + 8 * KSP + 16 * kk) : (word2_t)(0);
+    }
+}
+
+inline void dq_selected_kept(float *dq, __global const store_t *ds, int ng, __global const int *bidx, idx_t row,
+                             idx_t slot_stride, int nslots, int tl, __global const store_t *k, idx_t k_rs,
+                             __local store_t *kt, __local uint *ws)
+{
+    slc_chunk c = {-1, 0, 0, 0};
+    c = slc_next(c, bidx, row, slot_stride, nslots, tl);
+    word2_t a[KC / 16][2], an[KC / 16][2];
+    kept_afrag(a, ds, c, nslots, ng);
+    if (c.s < nslots) stage_k(kt, k + (idx_t)(c.key0 + c.c0) * k_rs, k_rs, min(KC, c.n - c.c0));
+    for (int i = 0; c.s < nslots; i ^= 1) {
+        const slc_chunk nx = slc_next(c, bidx, row, slot_stride, nslots, tl);
+        kept_afrag(an, ds, nx, nslots, ng);
+        warp_sync(ws); /* every lane is done reading the other tile (the chunk before) */
+        if (nx.s < nslots) {
+            stage_k(kt + (i ^ 1) * KC * KT_RS, k + (idx_t)(nx.key0 + nx.c0) * k_rs, k_rs, min(KC, nx.n - nx.c0));
+            copy_async_wait_prior();
+        } else {
+            copy_async_wait();
+        }
+        warp_sync(ws);
+        const int hi = min(KC, c.n - c.c0);
+#pragma unroll
+        for (int kk = 0; kk < KC / 16; ++kk) {
+            const word_t w[4] = {a[kk][0].lo, a[kk][1].lo, a[kk][0].hi, a[kk][1].hi};
+            if (16 * kk < hi) lds_accumulate_step(dq, w, kt + i * KC * KT_RS, KT_RS, kk, DK, ws);
+            a[kk][0] = an[kk][0];
+            a[kk][1] = an[kk][1];
+        }
+        c = nx;
+    }
+    warp_sync(ws); /* the next range's first copy may overwrite what was read */
+}
+#endif
+
 #define ROWS(lse, lse_base, lse_hs, dlt, dlt_base, dlt_hs, gate, gate_base, gate_hs) \
     dq_rows(lse2, dd, gg, ng, lse, lse_base, lse_hs, dlt, dlt_base, dlt_hs, gate, gate_base, gate_hs)
 
 __kernel __attribute__((reqd_work_group_size(NW * WARP, 1, 1))) void nsa_bwd_dq(
-    NSA_QUERY_ARGS, NSA_DQ_OUT_ARGS)
+    NSA_QUERY_ARGS, NSA_DQ_OUT_ARGS DQ_DS_ARGS)
 {
     __local uint wscr[NW * WARP_SCRATCH];
     const int warp = get_local_id(0) / WARP, gq = lane_id() >> 2;
@@ -130,17 +224,27 @@ __kernel __attribute__((reqd_work_group_size(NW * WARP, 1, 1))) void nsa_bwd_dq(
     }
 #endif
 #if HAS_SLC
+#if DS_KEEP
+    /* the tile's rows of slot 0; a slot's are G * KSP further */
+    __global const store_t *ds_t = ds + ds0 + (((long)b * T + t) * get_num_groups(1) + h) * S * G * KSP + g0 * KSP;
+#else
     ROWS(lse_slc, at4(ls_off, ls_st, b, t, hq0, 0), ls_st.z, d_slc, at4(xs_off, xs_st, b, t, hq0, 0), xs_st.z, g_slc,
          at4(gs_off, gs_st, b, t, hq0, 0), gs_st.z);
+#endif
     {
         const int nslots = slc_slots(bcnt, at4(bc_off, bc_st, b, t, h, 0), live);
         __global const store_t *kb = k + at4(k_off, k_st, b, sq.start, h, 0), *vb = v + at4(v_off, v_st, b, sq.start, h, 0);
+        (void)vb; /* unread with DS_KEEP */
+#if DS_KEEP
+        dq_selected_kept(dq, ds_t, ng, bidx, at4(bi_off, bi_st, b, t, h, 0), bi_st.w, nslots, tl, kb, k_st.y, kt, ws);
+#else
         for (int s = 0; s < nslots; ++s) {
             const int2 r = slc_slot(bidx, at4(bi_off, bi_st, b, t, h, 0), bi_st.w, s, tl);
             if (r.y == 0) continue; /* the same for the whole warp */
             dq_range(qa, doa, dq, lse2, dd, gg, kb + (idx_t)r.x * k_st.y, k_st.y, vb + (idx_t)r.x * v_st.y, v_st.y, r.y,
                      sl2, kt, ws);
         }
+#endif
     }
 #endif
 #if HAS_SWA

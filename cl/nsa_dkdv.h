@@ -169,17 +169,29 @@ inline dkdv_tile dkdv_tile_of(int x, int b, int h, int H, int T, int nrows_k, __
 /* The tile's query rows: (q_hi - q_lo) tokens of G heads each. */
 inline int dkdv_rows(dkdv_tile kt) { return (kt.q_hi - kt.q_lo) * G; }
 
-/* The token of query row rr (-1 past the tile's rows). */
+/* The token of query row rr (-1 past the tile's rows); BRANCH 1: its
+ * list entry is token * S + slot (nsa_select_index.cl). */
 inline int dkdv_row_token(dkdv_tile kt, int rr, __global const int *lst)
 {
     if (rr >= dkdv_rows(kt)) return -1;
 #if BRANCH == 1
-    return lst[kt.lrow + kt.q_lo + rr / G];
+    return lst[kt.lrow + kt.q_lo + rr / G] / S;
 #else
     (void)lst;
     return kt.q_lo + rr / G;
 #endif
 }
+
+#if BRANCH == 1
+/* The slot of row rr's token that selected the tile's block (0 past the
+ * tile's rows). */
+inline int dkdv_row_slot(dkdv_tile kt, int rr, __global const int *lst)
+{
+    if (rr >= dkdv_rows(kt)) return 0;
+    const int e = lst[kt.lrow + kt.q_lo + rr / G];
+    return rem_of(e, e / S, S);
+}
+#endif
 
 /* The head (in the group) of query row rr. */
 inline int dkdv_row_head(int rr) { return rem_of(rr, rr / G, G); }

@@ -2,7 +2,9 @@
  * nsa_select_index.cl: inverts block_indices [B, T, H, S] into, per batch
  * row and KV head, a list of the query tokens that selected each selection
  * block, in token order, so that the backward's dk/dv of the selected branch
- * is owned by the block (nsa_bwd_dkdv.cl). Deterministic without atomics:
+ * is owned by the block (nsa_bwd_dkdv.cl). An entry is token * S + slot:
+ * which of the token's slots holds the block (where the dk/dv pass keeps dS
+ * for dq, nsa_bwd_dkdv_warp.cl's DS_KEEP). Deterministic without atomics:
  * tokens are cut into chunks of CHUNK, one work-group of IDX_WG work-items a
  * chunk; the work-group counts its chunk's selections per block, the counts
  * are scanned, and the same work-group writes its tokens at the scanned
@@ -58,10 +60,11 @@ inline int wg_exclusive_sum(int v, __local int *part, int *all)
     return before;
 }
 
-/* One entry of a round: token t selected block j (-1: no entry), the
- * rank-th of the round's entries of j, the round's last entry of j. */
+/* One entry of a round: token t selected block j (-1: no entry) in its
+ * slot s, the rank-th of the round's entries of j, the round's last entry
+ * of j. */
 typedef struct {
-    int t, j, rank;
+    int t, s, j, rank;
     bool last;
 } sel_entry;
 
@@ -78,11 +81,11 @@ inline sel_entry round_entry(SEL_ENTRY_ARGS, int r, __local int *jl)
     sel_entry x;
     x.t = c * CHUNK + tok;
     x.j = -1;
+    x.s = rem_of(e, tok, S); /* not e % S: common.h, rem_of */
     if (e < CHUNK * S && x.t < T) {
         const seq_info sq = seq_of(cu, nseq, b, x.t, T);
-        const int s = rem_of(e, tok, S); /* not e % S: common.h, rem_of */
-        if (s < slc_slots(bcnt, at4(bc_off, bc_st, b, x.t, h, 0), sq.len > 0)) {
-            const int2 k = slc_slot(bidx, at4(bi_off, bi_st, b, x.t, h, 0), bi_st.w, s, x.t - sq.start);
+        if (x.s < slc_slots(bcnt, at4(bc_off, bc_st, b, x.t, h, 0), sq.len > 0)) {
+            const int2 k = slc_slot(bidx, at4(bi_off, bi_st, b, x.t, h, 0), bi_st.w, x.s, x.t - sq.start);
             if (k.y > 0) x.j = blk_base(blk_off, sq) + k.x / BS;
         }
     }
@@ -154,7 +157,8 @@ __kernel __attribute__((reqd_work_group_size(IDX_WG, 1, 1))) void sel_starts(
     if (get_local_id(0) == 0) st[0] = 0;
 }
 
-/* Each chunk writes its tokens, in order, at its offsets in each list. */
+/* Each chunk writes its entries (token * S + slot), in token order, at its
+ * offsets in each list. */
 __kernel __attribute__((reqd_work_group_size(IDX_WG, 1, 1))) void sel_scatter(
     __global const int *bidx, idx_t bi_off, idx4_t bi_st, __global const int *bcnt, idx_t bc_off, idx4_t bc_st,
     __global const int *cu, idx_t cu0, int nseq, __global const int *blk_off, idx_t blk_off0, __global int *cnt,
@@ -171,7 +175,7 @@ __kernel __attribute__((reqd_work_group_size(IDX_WG, 1, 1))) void sel_scatter(
         int at = 0; /* the chunk's offset in block x.j's list */
         if (x.j >= 0) {
             at = row[(idx_t)x.j * nchunk];
-            out[st[x.j] + at + x.rank] = x.t;
+            out[st[x.j] + at + x.rank] = x.t * S + x.s;
         }
         barrier(CLK_GLOBAL_MEM_FENCE); /* every entry has read its block's offset */
         if (x.last) row[(idx_t)x.j * nchunk] = at + x.rank + 1;

@@ -236,23 +236,31 @@ inline void lds_bfrag_trans(__local const store_t *x, int rs, int r0, int c0, in
 #endif
 }
 
-/* c += P X as warp_accumulate, for all KC rows of a local tile, with the
- * columns in mma's own order (ACC_TRANS): c[4*nb ..] holds columns 8*nb +
- * 2t, 2t+1 of rows gq, gq+8 (no byte permutes to pair rows up, as
- * load_cols' reads need). */
+/* lds_accumulate_trans: c += P X as warp_accumulate, for all KC rows of a
+ * local tile, with the columns in mma's own order (ACC_TRANS): c[4*nb ..]
+ * holds columns 8*nb + 2t, 2t+1 of rows gq, gq+8 (no byte permutes to pair
+ * rows up, as load_cols' reads need). lds_accumulate_step: the same over
+ * the tile's rows 16*kk .. 16*kk+15, for A fragments a[0..3] given (as
+ * p_afrag gives them). */
+inline void lds_accumulate_step(float *c, const word_t *a, __local const store_t *x, int x_rs, int kk, int dim,
+                                __local uint *ws)
+{
+#pragma unroll
+    for (int nb = 0; nb < dim / 8; nb += 2) {
+        word_t b[4];
+        lds_bfrag_trans(x, x_rs, 16 * kk, 8 * nb, dim, b);
+        mma16816(c + 4 * nb, a[0], a[1], a[2], a[3], b[0], b[1], ws);
+        mma16816(c + 4 * nb + 4, a[0], a[1], a[2], a[3], b[2], b[3], ws);
+    }
+}
+
 inline void lds_accumulate_trans(float *c, const float *p, __local const store_t *x, int x_rs, int dim, __local uint *ws)
 {
 #pragma unroll
     for (int kk = 0; kk < KC / 16; ++kk) {
         word_t a[4];
         p_afrag(p, kk, a, ws);
-#pragma unroll
-        for (int nb = 0; nb < dim / 8; nb += 2) {
-            word_t b[4];
-            lds_bfrag_trans(x, x_rs, 16 * kk, 8 * nb, dim, b);
-            mma16816(c + 4 * nb, a[0], a[1], a[2], a[3], b[0], b[1], ws);
-            mma16816(c + 4 * nb + 4, a[0], a[1], a[2], a[3], b[2], b[3], ws);
-        }
+        lds_accumulate_step(c, a, x, x_rs, kk, dim, ws);
     }
 }
 

@@ -358,6 +358,33 @@ inline uint ballot(int flag, __local uint *ws)
 
 #endif
 
+/* The transpose of an 8x8 matrix of 16-bit elements (f32 in the TF32
+ * mode) held one word a lane as a fragment (lane (gq, t): row gq, columns
+ * 2t, 2t+1): lane (gq, t) gets the old rows 2t, 2t+1 of column gq. On
+ * NVIDIA with 16-bit types one movmatrix; else two shuffles (four in f32)
+ * from the lanes that hold those rows. */
+#if MMA_NV && STORAGE != 0
+inline word_t mat8_trans(word_t w, __local uint *ws)
+{
+    (void)ws;
+    uint r;
+    asm volatile("movmatrix.sync.aligned.m8n8.trans.b16 %0, %1;" : "=r"(r) : "r"(w));
+    return r;
+}
+#else
+inline word_t mat8_trans(word_t w, __local uint *ws)
+{
+    const int gq = lane_id() >> 2, t = lane_id() & 3, src = 8 * t + (gq >> 1);
+#if STORAGE == 0
+    const word_t a = (float2)(shfl_idx(w.x, src, ws), shfl_idx(w.y, src, ws));
+    const word_t b = (float2)(shfl_idx(w.x, src + 4, ws), shfl_idx(w.y, src + 4, ws));
+#else
+    const word_t a = as_uint(shfl_idx(as_float(w), src, ws)), b = as_uint(shfl_idx(as_float(w), src + 4, ws));
+#endif
+    return pick_pair(a, b, gq & 1);
+}
+#endif
+
 /* Max and sum over the 4 lanes of a fragment row (same gq). */
 inline float quad_max(float x, __local uint *ws)
 {

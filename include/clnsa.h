@@ -199,6 +199,7 @@ typedef struct clnsa_device_info {
     int nv_compute_major, nv_compute_minor; /* 0 when not NVIDIA */
     cl_uint compute_units;
     cl_ulong global_mem_size;
+    cl_ulong max_mem_alloc_size;  /* the largest buffer */
     cl_ulong local_mem_size;      /* after CLNSA_MAX_LOCAL_MEM, if set */
     size_t max_work_group_size;   /* after CLNSA_MAX_WORK_GROUP, if set */
     size_t preferred_wg_multiple; /* from a probe kernel; CLNSA_WG_MULTIPLE overrides */
@@ -273,6 +274,15 @@ typedef struct clnsa_nsa_config {
     int init_blocks;  /* forced leading blocks (default 1) */
     int local_blocks; /* forced blocks ending at the query's block (default 2) */
     float scale;      /* softmax scale; 0 = 1/sqrt(DK) (default) */
+    int keep_ds;      /* backward on the tensor-core path (default 1): the
+                         selected branch's dk/dv pass keeps dS in the
+                         workspace, B*T*HQ*block_count*round_up(block_size, 16)
+                         elements of the storage dtype (8.6 GB at T = 64k,
+                         HQ = 64, bf16), and dq reads it instead of
+                         recomputing P and dP (one matrix product there
+                         instead of three). Left out by itself where the
+                         workspace would outgrow the device's largest
+                         allocation. 0: recomputed, the smaller workspace. */
 } clnsa_nsa_config;
 
 /* Fills the defaults, which match fla-org's parallel_nsa. */

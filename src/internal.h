@@ -107,6 +107,7 @@ void ka_mem(kargs *a, cl_mem m);
 void ka_int(kargs *a, int v);
 void ka_float(kargs *a, float v);
 void ka_idx(kargs *a, int64_t v);
+void ka_long(kargs *a, int64_t v); /* a `long` argument, whatever idx_t is */
 /* buffer, offset (idx_t), strides (idx4_t); an absent tensor passes NULL. */
 void ka_tensor(kargs *a, const clnsa_tensor *t);
 

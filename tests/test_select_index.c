@@ -1,7 +1,8 @@
 /* test_select_index.c: the backward's inverse of the selection
  * (cl/nsa_select_index.cl, through nsa_plan_select_index, the backward's
  * own steps) against a host inverse: for each batch row, KV
- * head and block, the tokens that selected the block, in token order, at
+ * head and block, the (token, slot) entries (token * S + slot) that selected
+ * the block, in token order, at
  * list starts that are the running sum of the lists' lengths. The kernels'
  * outputs are poisoned first and their count words filled with garbage
  * (sel_count zeroes its own). The selections are random: negative, future
@@ -69,7 +70,8 @@ static void block_offsets(const index_case *c, int *blk_off)
     for (int s = 0; s < c->nseq; ++s) blk_off[s + 1] = blk_off[s] + (c->cu[s + 1] - c->cu[s] + c->BS - 1) / c->BS;
 }
 
-/* The host inverse: per (b, h), starts[nblk + 1] and the tokens of each list. */
+/* The host inverse: per (b, h), starts[nblk + 1] and each list's entries,
+ * token * S + slot, in token order. */
 static void host_inverse(const index_case *c, const int *bidx, int slot_stride, const int *bcnt, const int *blk_off,
                          int nblk, int *starts, int *lst)
 {
@@ -94,7 +96,7 @@ static void host_inverse(const index_case *c, const int *bidx, int slot_stride, 
                         for (int e = 0; e < s; ++e) skip = skip || row[e] == row[s];
                         if (skip) continue;
                         const int j = base + row[s];
-                        if (pass == 1) lst[((size_t)b * H + h) * T * S + st[j] + len[j]] = t;
+                        if (pass == 1) lst[((size_t)b * H + h) * T * S + st[j] + len[j]] = t * S + s;
                         len[j]++;
                     }
                 }

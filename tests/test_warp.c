@@ -124,9 +124,13 @@ static bool backward_refused(bwd_bufs *b, const nsa_run *r)
     return true;
 }
 
+/* dq reads the dS that the selected branch's dk/dv pass keeps
+ * (config.keep_ds, the default), or recomputes it (every fourth case from
+ * the fourth); which one ran is asserted through the programs built. */
 static void test_backward(void **state)
 {
     (void)state;
+    bool kept = false, recomputed = false;
     for (size_t i = 0; i < warp_case_count; ++i) {
         const nsa_case *c = &warp_cases[i];
         if (!nsa_case_selected(c->name) || strstr(c->name, "(forward)")) continue;
@@ -134,16 +138,21 @@ static void test_backward(void **state)
         nsa_run_setup(&env, &r, c, 900 + i);
         if (i % 2 == 1) nsa_run_save_branches(&env, &r); /* the backward's prologue reads them */
         nsa_run_forward(&env, &r);
+        r.cfg.keep_ds = i % 4 != 3;
         bwd_bufs b;
         bwd_setup(&env, &b, &r, 77 + i);
         if (!backward_refused(&b, &r)) {
             bwd_run_device(&env, &b, &r);
             bwd_reference(&b, &r);
             bwd_compare(&b, c);
+            if (c->slc) *(r.cfg.keep_ds ? &kept : &recomputed) = true;
         }
         bwd_free(&b);
         nsa_run_free(&r);
     }
+    /* dq's defines end with these (src/ops/nsa_fwd.c), the dk/dv pass's with ACC_TRANS, DS_KEEP */
+    if (kept) assert_true(built("#define WHOLE_CMP_SWA 0\n#define DS_KEEP 1\n") && built("#define ACC_TRANS 1\n#define DS_KEEP 1\n"));
+    if (recomputed) assert_true(built("#define WHOLE_CMP_SWA 0\n#define DS_KEEP 0\n"));
 }
 
 int main(void)

@@ -148,6 +148,12 @@ void ka_mem(kargs *a, cl_mem m) { ka_raw(a, sizeof m, m ? &m : NULL); }
 void ka_int(kargs *a, int v) { ka_raw(a, sizeof(cl_int), &v); }
 void ka_float(kargs *a, float v) { ka_raw(a, sizeof(cl_float), &v); }
 
+void ka_long(kargs *a, int64_t v)
+{
+    cl_long l = v;
+    ka_raw(a, sizeof l, &l);
+}
+
 void ka_idx(kargs *a, int64_t v)
 {
     if (a->idx_long) {

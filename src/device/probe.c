@@ -112,6 +112,7 @@ clnsa_status clnsa_probe_device(cl_device_id d, clnsa_device_info *info)
     info->is_gpu = (type & CL_DEVICE_TYPE_GPU) != 0;
     clGetDeviceInfo(d, CL_DEVICE_MAX_COMPUTE_UNITS, sizeof info->compute_units, &info->compute_units, NULL);
     clGetDeviceInfo(d, CL_DEVICE_GLOBAL_MEM_SIZE, sizeof info->global_mem_size, &info->global_mem_size, NULL);
+    clGetDeviceInfo(d, CL_DEVICE_MAX_MEM_ALLOC_SIZE, sizeof info->max_mem_alloc_size, &info->max_mem_alloc_size, NULL);
     clGetDeviceInfo(d, CL_DEVICE_LOCAL_MEM_SIZE, sizeof info->local_mem_size, &info->local_mem_size, NULL);
     clGetDeviceInfo(d, CL_DEVICE_MAX_WORK_GROUP_SIZE, sizeof info->max_work_group_size,
                     &info->max_work_group_size, NULL);

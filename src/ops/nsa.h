@@ -24,7 +24,16 @@ typedef struct {
     bool fused_topk;
     int topk_jb;
     int64_t topk_pc_max;
+    /* backward: the dk/dv pass keeps dS for dq (DS_KEEP, nsa_bwd.c) */
+    bool ds_keep;
 } nsa_problem;
+
+/* DS_KEEP's row of a (token, head, slot): the block's keys, rounded up to
+ * whole 16-key steps. */
+static inline int nsa_ds_row(const nsa_problem *pb) { return (pb->cfg.block_size + 15) / 16 * 16; }
+
+/* Bytes of an element of the storage dtype. */
+static inline size_t nsa_elem_bytes(const nsa_problem *pb) { return pb->dtype == CLNSA_DTYPE_F32 ? 4 : 2; }
 
 /* Where the forward's scratch lives inside the caller's workspace (bytes). */
 typedef struct {

@@ -2,11 +2,13 @@
  *   1. recompute the compressed K/V (and the sequence/block offsets);
  *   2. prologue: per row dg_b = do.o_b, D_b = g_b dg_b, from the forward's
  *      saved o_b (nsa_bwd_delta.cl) or recomputing them (nsa_fwd.cl, BWD_PRE);
- *   3. dq, owned by the query (nsa_bwd_dq.cl);
- *   4. selected branch: invert block_indices into per-block query lists
- *      (nsa_select_index.cl);
- *   5. dk/dv partial sums owned by the keys: selected, then window, into one
- *      f32 buffer; the compressed branch into its own (nsa_bwd_dkdv.cl);
+ *   3. selected branch: invert block_indices into per-block query lists
+ *      (nsa_select_index.cl), and its dk/dv partial sums, owned by the keys,
+ *      into an f32 buffer (nsa_bwd_dkdv.cl); on the warp path this pass
+ *      also keeps dS for dq where the workspace allows (DS_KEEP);
+ *   4. dq, owned by the query (nsa_bwd_dq.cl);
+ *   5. the window's dk/dv partial sums, added to the selected branch's; the
+ *      compressed branch's into its own buffer (nsa_bwd_dkdv.cl);
  *   6. finish: the compressed gradient back through mean pooling / linear
  *      compression (CLBlast SGEMMs) / to the caller's dk_cmp, dv_cmp, added
  *      to the partial sums and stored as dk, dv (nsa_compress.cl).
@@ -49,6 +51,8 @@ typedef struct {
     size_t blk_off, dlt[3], dk32, dv32, dkc32, dvc32, dx, dw32, cnt, lst_start, lst;
     size_t split_part; /* the compressed dk/dv pass's per-split sums (warp path) */
     size_t heavy_part; /* the heavy blocks' per-split sums (warp path) */
+    size_t ds;         /* the selected branch's dS, with ds_keep */
+    bool ds_keep;
     heavy_layout heavy;
     int nblk, chunk, nchunk, nsplit;
     size_t total;
@@ -112,6 +116,12 @@ static clnsa_status validate_bwd(clnsa_context *ctx, const clnsa_nsa_config *cfg
     for (size_t i = 0; i < sizeof more / sizeof more[0]; ++i)
         if (tensor_present(more[i]) && tensor_extent(more[i]) > 0x7fffffffull) pb->idx_long = true;
     if ((uint64_t)B * H * (uint64_t)T * pb->S > 0x7fffffffull) pb->idx_long = true;
+    /* the selection's inverse holds token * S + slot in an int, and splits
+     * it with 24-bit products (common.h's rem_of) */
+    if (pb->has_slc && ((uint64_t)T * pb->S > 0x7fffffffull || T >= (1 << 24)))
+        return cx_fail(ctx, CLNSA_ERROR_INVALID_ARGUMENT,
+                       "q: the backward's selected branch takes T < 2^24 and T * block_count < 2^31, got T = %d, "
+                       "block_count = %d", T, pb->S);
     if (!tensor_rows_aligned(dout)) pb->warp = WARP_OFF; /* the warp dq reads dout's rows whole */
     return CLNSA_SUCCESS;
 }
@@ -219,6 +229,14 @@ static clnsa_status plan_bwd_workspace(clnsa_context *ctx, cl_command_queue queu
         w->lst_start = take(&cur, sizeof(cl_int) * (size_t)pb->B * H * (w->nblk + 1));
         w->lst = take(&cur, sizeof(cl_int) * BT * H * pb->S);
     }
+    /* last, so that leaving it out leaves the rest where it is; its rows
+     * are numbered in an int */
+    if (pb->has_slc && pb->warp != WARP_OFF && pb->cfg.keep_ds && BT * pb->HQ * (size_t)pb->S <= 0x7fffffffu) {
+        const size_t before = cur;
+        w->ds = take(&cur, BT * pb->HQ * (size_t)pb->S * (size_t)nsa_ds_row(pb) * nsa_elem_bytes(pb));
+        w->ds_keep = round_up(cur, 256) <= ctx->info.max_mem_alloc_size;
+        if (!w->ds_keep) cur = before;
+    }
     w->total = round_up(cur, 256);
     return CLNSA_SUCCESS;
 }
@@ -290,6 +308,15 @@ static clnsa_status plan_prologue(clnsa_context *ctx, op_plan *p, const nsa_prob
     return plan_args_done(ctx, &a, "nsa_fwd (backward prologue) arguments");
 }
 
+/* The kept dS (DS_KEEP), the last arguments of dq and the selected dk/dv
+ * pass: the workspace and the region's element offset, 64-bit whatever
+ * idx_t is (the region passes 2^31 elements from T = 16k at HQ = 64). */
+static void ds_args(kargs *a, const nsa_problem *pb, const bwd_args *x)
+{
+    ka_mem(a, x->ws);
+    ka_long(a, (int64_t)(x->lay->ds / nsa_elem_bytes(pb)));
+}
+
 static clnsa_status plan_dq(clnsa_context *ctx, op_plan *p, const nsa_problem *pb, const bwd_args *x)
 {
     kargs a;
@@ -304,6 +331,7 @@ static clnsa_status plan_dq(clnsa_context *ctx, op_plan *p, const nsa_problem *p
     ka_tensor(&a, &x->gr->dq);
     ka_int(&a, pb->T);
     ka_float(&a, pb->cfg.scale);
+    if (pb->ds_keep) ds_args(&a, pb, x);
     return plan_args_done(ctx, &a, "nsa_bwd_dq arguments");
 }
 
@@ -403,8 +431,10 @@ static clnsa_status plan_dkdv_warp(clnsa_context *ctx, op_plan *p, const nsa_pro
     char d[2560];
     snprintf(d, sizeof d,
              "%s#define NW %zu\n#define TKK %d\n#define KC %d\n#define MMA_NV %d\n#define BRANCH %d\n#define ACCUM %d\n"
-             "#define NSPLIT %d\n#define HEAVY %d\n#define HEAVY_PASS %d\n#define ACC_TRANS 1\n",
-             defines, wg / 32, tkk, wp->kc, pb->warp == WARP_NV, branch, accum ? 1 : 0, nsplit, heavy, pass);
+             "#define NSPLIT %d\n#define HEAVY %d\n#define HEAVY_PASS %d\n#define ACC_TRANS 1\n#define DS_KEEP %d\n"
+             "#define KSP %d\n",
+             defines, wg / 32, tkk, wp->kc, pb->warp == WARP_NV, branch, accum ? 1 : 0, nsplit, heavy, pass,
+             branch == 1 && pb->ds_keep, nsa_ds_row(pb));
     cl_program prog;
     CHECK(program_get(ctx, dkdv_warp_files, d, &prog));
     kargs a;
@@ -416,6 +446,7 @@ static clnsa_status plan_dkdv_warp(clnsa_context *ctx, op_plan *p, const nsa_pro
     const size_t dst[2] = {branch == 0 ? w->dkc32 : w->dk32, branch == 0 ? w->dvc32 : w->dv32};
     const bool split = pass || nsplit > 1;
     dkdv_args(&a, pb, x, branch, nkeys, split ? part[0] : dst[0], split ? part[1] : dst[1]);
+    if (branch == 1 && pb->ds_keep) ds_args(&a, pb, x);
     CHECK(plan_args_done(ctx, &a, "nsa_bwd_dkdv arguments"));
     return split ? plan_split_sums(ctx, p, prog, pb, x, pass, nkeys, part, dst) : CLNSA_SUCCESS;
 }
@@ -602,11 +633,11 @@ static clnsa_status plan_backward(clnsa_context *ctx, op_plan *p, const nsa_prob
         CHECK(nsa_plan_offsets(ctx, p, prog, pb, x->in, x->ws, x->lay->blk_off, pb->cfg.block_size));
     }
     CHECK(plan_prologue(ctx, p, pb, x));
-    CHECK(plan_dq(ctx, p, pb, x));
-    if (pb->has_slc) {
+    if (pb->has_slc) { /* before dq, which reads the dS it keeps (ds_keep) */
         CHECK(plan_index(ctx, p, pb, x, defines));
         CHECK(plan_dkdv(ctx, p, pb, x, 1, false, defines));
     }
+    CHECK(plan_dq(ctx, p, pb, x));
     if (pb->has_swa) CHECK(plan_dkdv(ctx, p, pb, x, 2, pb->has_slc, defines));
     if (pb->has_cmp) CHECK(plan_dkdv(ctx, p, pb, x, 0, false, defines));
     return plan_finish_all(ctx, p, pb, x);
@@ -641,6 +672,7 @@ clnsa_status clnsa_nsa_backward(clnsa_context *ctx, cl_command_queue queue, cons
     bwd_workspace lay;
     CHECK(validate_bwd(ctx, config, in, saved, dout, grads, &pb));
     CHECK(plan_bwd_workspace(ctx, queue, &pb, &lay));
+    pb.ds_keep = lay.ds_keep;
     nsa_workspace total = lay.fwd;
     total.total = lay.total;
     CHECK(nsa_check_workspace(ctx, &total, workspace, workspace_bytes));

@@ -20,12 +20,8 @@
  * slices summed by nsa_dkdv_sum_heavy into the blocks' token rows.
  *
  * DS_KEEP (BRANCH 1): the pass also writes dS, which dq then reads instead
- * of recomputing P and dP (nsa_bwd_dq_warp.cl): per (batch, token, KV
- * head, slot, head of the group) a row of KSP elements (the block's keys,
- * KSP = BS rounded up to 16; zeros past its end), [B, T, H, S, G, KSP] in
- * the storage type at ds + ds0, the keys of each 16 in the order 0, 1, 8,
- * 9, 2, 3, 10, 11, ... (keep_ds_step). The score fragments hold dS^T (keys
- * as rows), so each 8x8 piece is transposed in registers (mat8_trans).
+ * of recomputing P and dP (nsa_bwd_dq_warp.cl), at ds + ds0 in the layout
+ * of nsa_ranges.h's DS_BY_KEY (keep_ds_step).
  *
  * Defines (besides nsa_dkdv.h): NW, DK, DV, KC (16 or 32), ACCUM, NSPLIT,
  * TKK = 16*NW, DS_KEEP, KSP. NDRange: (32 * NW * tiles * NSPLIT, H, B).
@@ -104,30 +100,44 @@ inline void row_values_put(row_values x, int r, __local float *lse_s, __local fl
 }
 
 #if DS_KEEP
-/* Where query row r's dS row lies in ds, in rows of KSP (-1: no row):
- * (batch, token, KV head, slot, head of the group). Worked out once per
+/* Where query row rr's dS lies in ds (-1: nowhere): DS_BY_KEY, the
+ * (batch, token, KV head, slot) in units of KSP * G; else the row of
+ * (batch, token, KV head, slot, head) in units of KSP. Worked out once per
  * row, by the work-items that stage the row's values. */
 inline int ds_row(dkdv_tile kt, int rr, __global const int *lst, int b, int h, int H, int T)
 {
     const int tok = dkdv_row_token(kt, rr, lst);
-    return tok < 0 ? -1 : ((((b * T + tok) * H + h) * S + dkdv_row_slot(kt, rr, lst)) * G + dkdv_row_head(rr));
+    const int ts = ((b * T + tok) * H + h) * S + dkdv_row_slot(kt, rr, lst);
+    return tok < 0 ? -1 : DS_BY_KEY ? ts : ts * G + dkdv_row_head(rr);
 }
 
-/* Stores k-step kk's dS (query rows 16kk .. 16kk+15 of the chunk, their dS
- * rows in row) from its dS^T A fragments a: keys kb .. kb+15 of the block.
- * a[0], a[1] are keys 0-7, 8-15 of query rows 0-7, a[2], a[3] of rows
- * 8-15, 8x8 pieces that, transposed, give lane (gq, t) keys 2t, 2t+1 and
- * 8+2t, 9+2t of a query row: stored as one 8-byte word at 4t (a row's keys
- * are in this order within each 16, which dq's loads share). */
-inline void keep_ds_step(__global store_t *ds, const word_t *a, int kk, __local const int *row, int kb, __local uint *ws)
+/* Stores k-step kk's dS (query rows r0 + 16kk .. +15, their places in row)
+ * from its dS^T A fragments a: keys kb .. kb+15 of the block. a[0], a[1]
+ * are keys gq, gq+8 of query rows 2t, 2t+1, a[2], a[3] of rows 8+2t, 9+2t.
+ * DS_BY_KEY: the 16 rows are heads of one token, so (a[0], a[2]) is one
+ * 8-byte word of key gq, (a[1], a[3]) of key gq+8. Else each 8x8 piece,
+ * transposed, gives lane (gq, t) keys 2t, 2t+1 and 8+2t, 9+2t of a query
+ * row, one 8-byte word. */
+inline void keep_ds_step(__global store_t *ds, const word_t *a, int kk, int r0, __local const int *row, int kb,
+                         __local uint *ws)
 {
     const int gq = lane_id() >> 2, t = lane_id() & 3;
+#if DS_BY_KEY
+    (void)ws;
+    const int r = row[16 * kk];
+    if (r < 0 || kb >= KSP) return;
+    __global store_t *p = ds + ((long)r * KSP + kb + gq) * G + dkdv_row_head(r0 + 16 * kk) + 4 * t;
+    STORE_WORDS2((word2_t)(a[0], a[2]), 0, p);
+    STORE_WORDS2((word2_t)(a[1], a[3]), 0, p + 8 * G);
+#else
+    (void)r0;
 #pragma unroll
     for (int g8 = 0; g8 < 2; ++g8) {
         const word2_t w = (word2_t)(mat8_trans(a[2 * g8], ws), mat8_trans(a[2 * g8 + 1], ws));
         const int r = row[16 * kk + 8 * g8 + gq];
         if (r >= 0 && kb < KSP) STORE_WORDS2(w, 0, ds + (long)r * KSP + kb + 4 * t);
     }
+#endif
 }
 #endif
 
@@ -265,7 +275,7 @@ __kernel __attribute__((reqd_work_group_size(NW * WARP, 1, 1))) void nsa_bwd_dkd
             word_t a[4];
             p_afrag(s, kk, a, ws);
             lds_accumulate_step(dka, a, qs, QPAD, kk, DK, ws);
-            keep_ds_step(ds, a, kk, dsrow_s[tc], kb, ws);
+            keep_ds_step(ds, a, kk, r0, dsrow_s[tc], kb, ws);
         }
 #else
         lds_accumulate_trans(dka, s, qs, QPAD, DK, ws);

@@ -17,9 +17,9 @@
  * the anchor configuration on an H100 (2026-11-25): 30.2 -> 25.0 ms; with
  * the copies through L2 only (.cg), 37.9.
  *
- * DS_KEEP: the selected branch's dS comes from the rows the dk/dv pass
- * kept ([B, T, H, S, G, KSP] at ds + ds0, nsa_bwd_dkdv_warp.cl), so that
- * branch takes one product, dS K, instead of three.
+ * DS_KEEP: the selected branch's dS comes from what the dk/dv pass kept
+ * (at ds + ds0, laid out as nsa_ranges.h's DS_BY_KEY says), so that branch
+ * takes one product, dS K, instead of three.
  *
  * Defines: as nsa_fwd_warp.cl (OUT_VEC: dq's rows aligned for vector
  * stores), ACC_TRANS = 1, DS_KEEP, KSP. NDRange: as nsa_fwd_warp.cl.
@@ -65,17 +65,16 @@ inline void stage_k(__local store_t *kt, __global const store_t *k, idx_t k_rs, 
     stage_rows_by(kt, KT_RS, KC, DK, k, k_rs, valid, lane_id(), WARP, true);
 }
 
-/* The tile of the chunk of keys from c0 (of n, from k), once its copy is
- * done; the next chunk's copy into the warp's other tile is started first,
- * so that it runs while this one computes (the first chunk's copy is
- * started by the caller). */
-inline __local store_t *k_chunk(__local store_t *kt, __global const store_t *k, idx_t k_rs, int c0, int n,
-                                __local uint *ws)
+/* Tile i of the warp's two K tiles, once the copy of its chunk is done.
+ * The next chunk's copy (`valid` rows from next; none: 0) into the other
+ * tile is started first, so that it runs while this one computes; the
+ * first chunk's copy is started by the caller. */
+inline __local store_t *k_tile_ready(__local store_t *kt, int i, __global const store_t *next, idx_t k_rs, int valid,
+                                     __local uint *ws)
 {
-    const int i = (c0 / KC) & 1;
     warp_sync(ws); /* every lane is done reading the other tile (the chunk before) */
-    if (c0 + KC < n) {
-        stage_k(kt + (i ^ 1) * KC * KT_RS, k + (idx_t)(c0 + KC) * k_rs, k_rs, min(KC, n - c0 - KC));
+    if (valid > 0) {
+        stage_k(kt + (i ^ 1) * KC * KT_RS, next, k_rs, valid);
         copy_async_wait_prior();
     } else {
         copy_async_wait();
@@ -95,7 +94,8 @@ inline void dq_range(const word_t *qa, const word_t *doa, float *dq, const float
     if (n > 0) stage_k(kt, k, k_rs, min(KC, n));
     for (int c0 = 0; c0 < n; c0 += KC) {
         const int hi = min(KC, n - c0);
-        __local const store_t *cur = k_chunk(kt, k, k_rs, c0, n, ws);
+        __local const store_t *cur =
+            k_tile_ready(kt, (c0 / KC) & 1, k + (idx_t)(c0 + KC) * k_rs, k_rs, clamp(n - c0 - KC, 0, KC), ws);
         float s[KC / 2], dp[KC / 2];
         lds_products(s, qa, cur, KT_RS, 0, hi, DK, ws);
         warp_products(dp, doa, v + (idx_t)c0 * v_rs, v_rs, 0, hi, DV, ws);
@@ -133,19 +133,46 @@ inline slc_chunk slc_next(slc_chunk c, __global const int *bidx, idx_t row, idx_
     return c;
 }
 
-/* The A fragments of a chunk's k-steps from the kept rows (ds: the tile's
- * row 0 of slot 0; rows from ng on absent, as are k-steps past the chunk's
- * keys): one 8-byte word a row holds a0 and a2 (a1 and a3), the keys being
- * stored in that order (nsa_bwd_dkdv_warp.cl, keep_ds_step). */
-inline void kept_afrag(word2_t a[KC / 16][2], __global const store_t *ds, slc_chunk c, int nslots, int ng)
+/* A chunk's k-steps of the kept dS (ds: the tile's first head of slot 0,
+ * nsa_ranges.h's layout; heads from ng on absent, as are k-steps past the
+ * chunk's keys), as loaded: DS_BY_KEY, a[kk][0] the words of keys gq (heads
+ * 2t, 2t+1 and 8+2t, 9+2t), a[kk][1] of keys gq+8, to be transposed
+ * (kept_afrag_step); else a[kk][0] a0 and a2 of row gq, a[kk][1] a1 and a3. */
+inline void kept_load(word2_t a[KC / 16][2], __global const store_t *ds, slc_chunk c, int nslots, int ng)
 {
     const int gq = lane_id() >> 2, hi = c.s < nslots ? min(KC, c.n - c.c0) : 0;
+#if DS_BY_KEY
+    __global const store_t *p = ds + ((long)c.s * KSP + c.c0 + gq) * G + 4 * (lane_id() & 3);
+    const idx_t step = 16 * G, off8 = 8 * G;
+    const bool v0 = true, v8 = true; /* G heads: whole tiles */
+    (void)ng;
+#else
     __global const store_t *p = ds + ((long)c.s * G + gq) * KSP + c.c0 + 4 * (lane_id() & 3);
+    const idx_t step = 16, off8 = 8 * KSP;
+    const bool v0 = gq < ng, v8 = gq + 8 < ng;
+#endif
 #pragma unroll
     for (int kk = 0; kk < KC / 16; ++kk) {
-        a[kk][0] = 16 * kk < hi && gq < ng ? *(__global const word2_t *)(p + 16 * kk) : (word2_t)(0);
-        a[kk][1] = 16 * kk < hi && gq + 8 < ng ? *(__global const word2_t *)(p + 8 * KSP + 16 * kk) : (word2_t)(0);
+        a[kk][0] = 16 * kk < hi && v0 ? *(__global const word2_t *)(p + kk * step) : (word2_t)(0);
+        a[kk][1] = 16 * kk < hi && v8 ? *(__global const word2_t *)(p + kk * step + off8) : (word2_t)(0);
     }
+}
+
+/* The A fragments a0 .. a3 of dS for one k-step, from its words as loaded. */
+inline void kept_afrag_step(const word2_t *x, word_t *w, __local uint *ws)
+{
+#if DS_BY_KEY /* 8x8 pieces of dS^T: keys 0-7 x heads 0-7, x heads 8-15, keys 8-15 x ... */
+    w[0] = mat8_trans(x[0].lo, ws);
+    w[1] = mat8_trans(x[0].hi, ws);
+    w[2] = mat8_trans(x[1].lo, ws);
+    w[3] = mat8_trans(x[1].hi, ws);
+#else
+    (void)ws;
+    w[0] = x[0].lo;
+    w[1] = x[1].lo;
+    w[2] = x[0].hi;
+    w[3] = x[1].hi;
+#endif
 }
 
 inline void dq_selected_kept(float *dq, __global const store_t *ds, int ng, __global const int *bidx, idx_t row,
@@ -155,24 +182,21 @@ inline void dq_selected_kept(float *dq, __global const store_t *ds, int ng, __gl
     slc_chunk c = {-1, 0, 0, 0};
     c = slc_next(c, bidx, row, slot_stride, nslots, tl);
     word2_t a[KC / 16][2], an[KC / 16][2];
-    kept_afrag(a, ds, c, nslots, ng);
+    kept_load(a, ds, c, nslots, ng);
     if (c.s < nslots) stage_k(kt, k + (idx_t)(c.key0 + c.c0) * k_rs, k_rs, min(KC, c.n - c.c0));
     for (int i = 0; c.s < nslots; i ^= 1) {
         const slc_chunk nx = slc_next(c, bidx, row, slot_stride, nslots, tl);
-        kept_afrag(an, ds, nx, nslots, ng);
-        warp_sync(ws); /* every lane is done reading the other tile (the chunk before) */
-        if (nx.s < nslots) {
-            stage_k(kt + (i ^ 1) * KC * KT_RS, k + (idx_t)(nx.key0 + nx.c0) * k_rs, k_rs, min(KC, nx.n - nx.c0));
-            copy_async_wait_prior();
-        } else {
-            copy_async_wait();
-        }
-        warp_sync(ws);
+        kept_load(an, ds, nx, nslots, ng);
+        __local const store_t *cur = k_tile_ready(kt, i, k + (idx_t)(nx.key0 + nx.c0) * k_rs, k_rs,
+                                                  nx.s < nslots ? min(KC, nx.n - nx.c0) : 0, ws);
         const int hi = min(KC, c.n - c.c0);
 #pragma unroll
         for (int kk = 0; kk < KC / 16; ++kk) {
-            const word_t w[4] = {a[kk][0].lo, a[kk][1].lo, a[kk][0].hi, a[kk][1].hi};
-            if (16 * kk < hi) lds_accumulate_step(dq, w, kt + i * KC * KT_RS, KT_RS, kk, DK, ws);
+            if (16 * kk < hi) { /* the same for the whole warp */
+                word_t w[4];
+                kept_afrag_step(a[kk], w, ws);
+                lds_accumulate_step(dq, w, cur, KT_RS, kk, DK, ws);
+            }
             a[kk][0] = an[kk][0];
             a[kk][1] = an[kk][1];
         }
@@ -225,19 +249,20 @@ __kernel __attribute__((reqd_work_group_size(NW * WARP, 1, 1))) void nsa_bwd_dq(
 #endif
 #if HAS_SLC
 #if DS_KEEP
-    /* the tile's rows of slot 0; a slot's are G * KSP further */
-    __global const store_t *ds_t = ds + ds0 + (((long)b * T + t) * get_num_groups(1) + h) * S * G * KSP + g0 * KSP;
+    /* the tile's first head of slot 0; a slot's are G * KSP further */
+    __global const store_t *ds_t =
+        ds + ds0 + (((long)b * T + t) * get_num_groups(1) + h) * S * G * KSP + (DS_BY_KEY ? g0 : g0 * KSP);
 #else
     ROWS(lse_slc, at4(ls_off, ls_st, b, t, hq0, 0), ls_st.z, d_slc, at4(xs_off, xs_st, b, t, hq0, 0), xs_st.z, g_slc,
          at4(gs_off, gs_st, b, t, hq0, 0), gs_st.z);
 #endif
     {
         const int nslots = slc_slots(bcnt, at4(bc_off, bc_st, b, t, h, 0), live);
-        __global const store_t *kb = k + at4(k_off, k_st, b, sq.start, h, 0), *vb = v + at4(v_off, v_st, b, sq.start, h, 0);
-        (void)vb; /* unread with DS_KEEP */
+        __global const store_t *kb = k + at4(k_off, k_st, b, sq.start, h, 0);
 #if DS_KEEP
         dq_selected_kept(dq, ds_t, ng, bidx, at4(bi_off, bi_st, b, t, h, 0), bi_st.w, nslots, tl, kb, k_st.y, kt, ws);
 #else
+        __global const store_t *vb = v + at4(v_off, v_st, b, sq.start, h, 0);
         for (int s = 0; s < nslots; ++s) {
             const int2 r = slc_slot(bidx, at4(bi_off, bi_st, b, t, h, 0), bi_st.w, s, tl);
             if (r.y == 0) continue; /* the same for the whole warp */

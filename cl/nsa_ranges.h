@@ -89,6 +89,21 @@ inline int2 slc_slot(__global const int *bidx, idx_t row, idx_t slot_stride, int
     return (int2)(key0, skip ? 0 : min(BS, tl + 1 - key0));
 }
 
+/* The selected branch's dS kept for dq (DS_KEEP: nsa_bwd_dkdv_warp.cl
+ * writes it, nsa_bwd_dq_warp.cl reads it): per (batch, token, KV head,
+ * slot) the dS of the G heads and the block's KSP keys (BS rounded up to
+ * 16; zeros past the block's end), in the storage type, laid out as dk/dv's
+ * fragments give it:
+ *   DS_BY_KEY (G a multiple of 16, so that a 16-row k-step of dk/dv's
+ *     query rows is 16 heads of one token): [KSP][G], a key's heads of each
+ *     16 in the order 0, 1, 8, 9, 2, 3, 10, 11, ..., so that a lane stores
+ *     the words of two fragments as one 8-byte word, and a key's 16 heads
+ *     are 32 contiguous bytes;
+ *   else [G][KSP], a head's keys of each 16 in that order (the fragments
+ *     transposed first).
+ * dq transposes what DS_BY_KEY stores (mat8_trans) as it loads it. */
+#define DS_BY_KEY (G % 16 == 0)
+
 inline int slc_slots(__global const int *bcnt, idx_t cnt_at, bool live)
 {
 #if HAS_COUNTS

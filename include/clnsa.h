@@ -209,8 +209,9 @@ typedef struct clnsa_device_info {
 } clnsa_device_info;
 
 /* Probes a device (no context needed). The environment variables
- * CLNSA_MAX_LOCAL_MEM, CLNSA_MAX_WORK_GROUP and CLNSA_WG_MULTIPLE lower the
- * reported limits, to simulate other vendors' devices. */
+ * CLNSA_MAX_LOCAL_MEM, CLNSA_MAX_WORK_GROUP, CLNSA_WG_MULTIPLE and
+ * CLNSA_MAX_MEM_ALLOC lower the reported limits, to simulate other vendors'
+ * devices. */
 CLNSA_API clnsa_status clnsa_probe_device(cl_device_id device, clnsa_device_info *info);
 /* The probe of the context's device. */
 CLNSA_API const clnsa_device_info *clnsa_context_device_info(const clnsa_context *ctx);

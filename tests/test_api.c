@@ -635,6 +635,9 @@ static void test_config_out_of_range(void **state)
     c = valid_call();
     c.cfg_v.init_blocks = -1;
     expect_fail(c, CLNSA_ERROR_INVALID_ARGUMENT, "config.init_blocks:", 0);
+    c = valid_call();
+    c.cfg_v.keep_ds = 2;
+    expect_fail(c, CLNSA_ERROR_INVALID_ARGUMENT, "config.keep_ds:", 0);
 }
 
 static void test_unsupported_device(void **state)

@@ -155,11 +155,55 @@ static void test_backward(void **state)
     if (recomputed) assert_true(built("#define WHOLE_CMP_SWA 0\n#define DS_KEEP 0\n"));
 }
 
+static size_t bwd_workspace(clnsa_context *ctx, nsa_run *r, bwd_bufs *b, int keep_ds)
+{
+    size_t bytes = 0;
+    r->cfg.keep_ds = keep_ds;
+    assert_int_equal(clnsa_nsa_backward_workspace_size(ctx, env.queue, &r->cfg, &r->in, &r->out, &b->dout, &b->grads, &bytes),
+                     CLNSA_SUCCESS);
+    return bytes;
+}
+
+/* The kept dS takes B*T*HQ*S*round16(block_size) elements of the workspace
+ * (256-byte aligned), and is left out where the workspace would then pass
+ * the device's largest allocation (CLNSA_MAX_MEM_ALLOC lowers it). */
+static void test_keep_ds_workspace(void **state)
+{
+    (void)state;
+    if (clnsa_context_device_info(env.ctx)->vendor == CLNSA_VENDOR_MESA) {
+        printf("skipped on Mesa: the library refuses the emulated backward there\n");
+        return;
+    }
+    const nsa_case *c = &warp_cases[warp_case_count - 1]; /* warp tiny: bf16, block 16 */
+    nsa_run r;
+    nsa_run_setup(&env, &r, c, 4242);
+    bwd_bufs b;
+    bwd_setup(&env, &b, &r, 4243);
+    const size_t lean = bwd_workspace(env.ctx, &r, &b, 0), kept = bwd_workspace(env.ctx, &r, &b, 1);
+    const size_t ds = (size_t)c->B * c->T * c->HQ * c->S * ((c->bs + 15) / 16 * 16) * 2;
+    assert_true(kept >= lean + ds && kept < lean + ds + 256);
+
+    char limit[32], msg[256];
+    snprintf(limit, sizeof limit, "%zu", kept - 1);
+    assert_int_equal(setenv("CLNSA_MAX_MEM_ALLOC", limit, 1), 0);
+    clnsa_context_options o = {0};
+    o.matrix_path = CLNSA_MATRIX_EMULATED; /* the warp path everywhere */
+    clnsa_context *small = NULL;
+    const clnsa_status st = clnsa_context_create(env.cl, env.device, &o, &small, msg, sizeof msg);
+    unsetenv("CLNSA_MAX_MEM_ALLOC");
+    assert_int_equal(st, CLNSA_SUCCESS);
+    assert_int_equal(bwd_workspace(small, &r, &b, 1), lean);
+    clnsa_context_destroy(small);
+    bwd_free(&b);
+    nsa_run_free(&r);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_forward),
         cmocka_unit_test(test_backward),
+        cmocka_unit_test(test_keep_ds_workspace),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -87,8 +87,9 @@ static size_t probe_wg_multiple(cl_device_id d)
 static void apply_limits_from_env(clnsa_device_info *info)
 {
     int lm = cx_env_int("CLNSA_MAX_LOCAL_MEM", 0), wg = cx_env_int("CLNSA_MAX_WORK_GROUP", 0);
-    int mult = cx_env_int("CLNSA_WG_MULTIPLE", 0);
+    int mult = cx_env_int("CLNSA_WG_MULTIPLE", 0), alloc = cx_env_int("CLNSA_MAX_MEM_ALLOC", 0);
     if (lm > 0 && (cl_ulong)lm < info->local_mem_size) info->local_mem_size = (cl_ulong)lm;
+    if (alloc > 0 && (cl_ulong)alloc < info->max_mem_alloc_size) info->max_mem_alloc_size = (cl_ulong)alloc;
     if (wg > 0 && (size_t)wg < info->max_work_group_size) info->max_work_group_size = (size_t)wg;
     if (mult > 0) info->preferred_wg_multiple = (size_t)mult;
 }

@@ -310,7 +310,7 @@ static clnsa_status plan_prologue(clnsa_context *ctx, op_plan *p, const nsa_prob
 
 /* The kept dS (DS_KEEP), the last arguments of dq and the selected dk/dv
  * pass: the workspace and the region's element offset, 64-bit whatever
- * idx_t is (the region passes 2^31 elements from T = 16k at HQ = 64). */
+ * idx_t is (the region passes 2^31 elements from T = 32k at HQ = 64). */
 static void ds_args(kargs *a, const nsa_problem *pb, const bwd_args *x)
 {
     ka_mem(a, x->ws);

@@ -188,8 +188,8 @@ static void test_keep_ds_workspace(void **state)
     char limit[32], msg[256];
     snprintf(limit, sizeof limit, "%zu", kept - 1);
     assert_int_equal(setenv("CLNSA_MAX_MEM_ALLOC", limit, 1), 0);
-    clnsa_context_options o = {0};
-    o.matrix_path = CLNSA_MATRIX_EMULATED; /* the warp path everywhere */
+    /* env.ctx's options, so that only the allocation limit differs */
+    const clnsa_context_options o = test_warp_options(clnsa_context_device_info(env.ctx));
     clnsa_context *small = NULL;
     const clnsa_status st = clnsa_context_create(env.cl, env.device, &o, &small, msg, sizeof msg);
     unsetenv("CLNSA_MAX_MEM_ALLOC");

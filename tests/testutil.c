@@ -68,14 +68,25 @@ void test_env_open(test_env *env)
     }
 }
 
+static bool has_tensor_cores(const clnsa_device_info *info)
+{
+    return info->vendor == CLNSA_VENDOR_NVIDIA && info->nv_compute_major >= 8;
+}
+
+clnsa_context_options test_warp_options(const clnsa_device_info *info)
+{
+    clnsa_context_options o = {0};
+    o.matrix_path = has_tensor_cores(info) ? CLNSA_MATRIX_AUTO : CLNSA_MATRIX_EMULATED;
+    o.allow_tf32 = 1;
+    return o;
+}
+
 const char *test_env_use_warp_path(test_env *env)
 {
     const clnsa_device_info *info = clnsa_context_device_info(env->ctx);
-    const bool nv = info->vendor == CLNSA_VENDOR_NVIDIA && info->nv_compute_major >= 8;
+    const bool nv = has_tensor_cores(info);
+    const clnsa_context_options o = test_warp_options(info);
     clnsa_context_destroy(env->ctx);
-    clnsa_context_options o = {0};
-    o.matrix_path = nv ? CLNSA_MATRIX_AUTO : CLNSA_MATRIX_EMULATED;
-    o.allow_tf32 = 1;
     char msg[512];
     clnsa_status st = clnsa_context_create(env->cl, env->device, &o, &env->ctx, msg, sizeof msg);
     if (st != CLNSA_SUCCESS) {

@@ -22,10 +22,13 @@ typedef struct {
  * CLNSA_REQUIRE_DEVICE=1 so that a broken OpenCL install cannot pass. */
 void test_env_open(test_env *env);
 void test_env_close(test_env *env);
-/* Re-creates env's clnsa context so that the tensor-core path's warp
- * kernels run: on NVIDIA's tensor cores where the device has them (compute
- * capability 8.0+), else emulated (CLNSA_MATRIX_EMULATED); f32 calls take
- * them in the TF32 mode (allow_tf32). Returns which. */
+/* The options of a context on the tensor-core path's warp kernels: on
+ * NVIDIA's tensor cores where the device has them (compute capability
+ * 8.0+), else emulated (CLNSA_MATRIX_EMULATED); f32 calls take them in the
+ * TF32 mode (allow_tf32). */
+clnsa_context_options test_warp_options(const clnsa_device_info *info);
+/* Re-creates env's clnsa context with test_warp_options. Returns which
+ * path runs. */
 const char *test_env_use_warp_path(test_env *env);
 
 /* A test executable whose tests share one device: defines `env` and the

@@ -19,9 +19,10 @@
  * heavy blocks of the selected branch (nsa_dkdv.h) take the same way, their
  * slices summed by nsa_dkdv_sum_heavy into the blocks' token rows.
  *
- * DS_KEEP (BRANCH 1): the pass also writes dS, which dq then reads instead
- * of recomputing P and dP (nsa_bwd_dq_warp.cl), at ds + ds0 in the layout
- * of nsa_ranges.h's DS_BY_KEY (keep_ds_step).
+ * DS_KEEP (BRANCH 1, and BRANCH 0 without VARLEN): the pass also writes
+ * dS, which dq then reads instead of recomputing P and dP
+ * (nsa_bwd_dq_warp.cl), at ds + ds0 in the layouts of nsa_ranges.h
+ * (DS_BY_KEY; the compressed branch's dsc_region) (keep_ds_step).
  *
  * Defines (besides nsa_dkdv.h): NW, DK, DV, KC (16 or 32), ACCUM, NSPLIT,
  * TKK = 16*NW, DS_KEEP, KSP. NDRange: (32 * NW * tiles * NSPLIT, H, B).
@@ -31,8 +32,8 @@
 #define DS_KEEP 0
 #endif
 #if DS_KEEP
-#if BRANCH != 1
-#error "DS_KEEP is the selected branch's"
+#if BRANCH == 2 || (BRANCH == 0 && VARLEN)
+#error "DS_KEEP is the selected branch's, and the compressed one's without VARLEN"
 #endif
 #define DKDV_DS_ARGS , __global store_t *ds, long ds0
 #else
@@ -100,33 +101,65 @@ inline void row_values_put(row_values x, int r, __local float *lse_s, __local fl
 }
 
 #if DS_KEEP
-/* Where query row rr's dS lies in ds (-1: nowhere): DS_BY_KEY, the
- * (batch, token, KV head, slot) in units of KSP * G; else the row of
- * (batch, token, KV head, slot, head) in units of KSP. Worked out once per
- * row, by the work-items that stage the row's values. */
-inline int ds_row(dkdv_tile kt, int rr, __global const int *lst, int b, int h, int H, int T)
+/* Where query row rr's dS lies in ds: at, the element of its key 0 (head 0
+ * where DS_BY_KEY; -1: nowhere) in units of 16 (regions and head rows are
+ * whole 16-key steps), an int to spare the registers of this pass, which
+ * spills; and lim, its keys (16-key steps from lim on are not stored): the
+ * compressed branch's, per row; the selected one's, KSP. Worked out once
+ * per row, by the work-items that stage the row's values. */
+typedef struct {
+    int at, lim;
+} ds_place;
+
+inline ds_place ds_row(dkdv_tile kt, int rr, __global const int *lst, int b, int h, int H, int T)
 {
     const int tok = dkdv_row_token(kt, rr, lst);
-    const int ts = ((b * T + tok) * H + h) * S + dkdv_row_slot(kt, rr, lst);
-    return tok < 0 ? -1 : DS_BY_KEY ? ts : ts * G + dkdv_row_head(rr);
+    ds_place x = {-1, 0};
+    if (tok < 0) return x;
+#if BRANCH == 1 /* (batch, token, KV head, slot): [KSP][G] or [G][KSP] */
+    x.lim = KSP;
+    x.at = (((b * T + tok) * H + h) * S + dkdv_row_slot(kt, rr, lst)) * G * (KSP / 16);
+#else
+    x.lim = dsc_keys(tok);
+    x.at = (int)(dsc_region(b, h, H, T, tok) / 16);
+#endif
+    if (!DS_BY_KEY) x.at += dkdv_row_head(rr) * (x.lim / 16);
+    return x;
 }
 
-/* Stores k-step kk's dS (query rows r0 + 16kk .. +15, their places in row)
- * from its dS^T A fragments a: keys kb .. kb+15 of the block. a[0], a[1]
+inline void ds_place_put(ds_place x, int r, __local int *at_s, __local int *lim_s)
+{
+    at_s[r] = x.at;
+    if (BRANCH == 0) lim_s[r] = x.lim;
+}
+
+/* Whether the row whose place is at i takes the 16-key step from kb. */
+inline bool ds_stored(__local const int *at, __local const int *lim, int i, int kb)
+{
+#if BRANCH == 1
+    (void)lim;
+    return at[i] >= 0 && kb < KSP;
+#else
+    return at[i] >= 0 && kb < lim[i];
+#endif
+}
+
+/* Stores k-step kk's dS (query rows r0 + 16kk .. +15, their places in at
+ * and lim) from its dS^T A fragments a: keys kb .. kb+15 of the row's
+ * region (the block's, or the compressed keys the token sees). a[0], a[1]
  * are keys gq, gq+8 of query rows 2t, 2t+1, a[2], a[3] of rows 8+2t, 9+2t.
  * DS_BY_KEY: the 16 rows are heads of one token, so (a[0], a[2]) is one
  * 8-byte word of key gq, (a[1], a[3]) of key gq+8. Else each 8x8 piece,
  * transposed, gives lane (gq, t) keys 2t, 2t+1 and 8+2t, 9+2t of a query
  * row, one 8-byte word. */
-inline void keep_ds_step(__global store_t *ds, const word_t *a, int kk, int r0, __local const int *row, int kb,
-                         __local uint *ws)
+inline void keep_ds_step(__global store_t *ds, const word_t *a, int kk, int r0, __local const int *at,
+                         __local const int *lim, int kb, __local uint *ws)
 {
     const int gq = lane_id() >> 2, t = lane_id() & 3;
 #if DS_BY_KEY
     (void)ws;
-    const int r = row[16 * kk];
-    if (r < 0 || kb >= KSP) return;
-    __global store_t *p = ds + ((long)r * KSP + kb + gq) * G + dkdv_row_head(r0 + 16 * kk) + 4 * t;
+    if (!ds_stored(at, lim, 16 * kk, kb)) return;
+    __global store_t *p = ds + 16 * (long)at[16 * kk] + (kb + gq) * G + dkdv_row_head(r0 + 16 * kk) + 4 * t;
     STORE_WORDS2((word2_t)(a[0], a[2]), 0, p);
     STORE_WORDS2((word2_t)(a[1], a[3]), 0, p + 8 * G);
 #else
@@ -134,8 +167,8 @@ inline void keep_ds_step(__global store_t *ds, const word_t *a, int kk, int r0, 
 #pragma unroll
     for (int g8 = 0; g8 < 2; ++g8) {
         const word2_t w = (word2_t)(mat8_trans(a[2 * g8], ws), mat8_trans(a[2 * g8 + 1], ws));
-        const int r = row[16 * kk + 8 * g8 + gq];
-        if (r >= 0 && kb < KSP) STORE_WORDS2(w, 0, ds + (long)r * KSP + kb + 4 * t);
+        const int i = 16 * kk + 8 * g8 + gq;
+        if (ds_stored(at, lim, i, kb)) STORE_WORDS2(w, 0, ds + 16 * (long)at[i] + kb + 4 * t);
     }
 #endif
 }
@@ -168,10 +201,16 @@ __kernel __attribute__((reqd_work_group_size(NW * WARP, 1, 1))) void nsa_bwd_dkd
     __local word4_t q_raw[2][RQ * QPAD / 8], do_raw[2][RQ * DPAD / 8];
     __local int tok_s[3][RQ];
 #if DS_KEEP
-    __local int dsrow_s[3][RQ];
+    __local int dsat_s[3][RQ], dslim_s[3][RQ]; /* dslim_s: BRANCH 0's */
     ds += ds0;
-    /* the warp's keys' place in the block (sub-tile x % NSUB) */
-    const int kb = (int)(get_group_id(0) / NSPLIT % NSUB) * TKK + (int)(get_local_id(0) / WARP) * 16;
+    /* the warp's first key in a row's region: its place in the block
+     * (sub-tile x % NSUB), or its compressed index */
+    const int kw = (int)(get_local_id(0) / WARP) * 16;
+#if BRANCH == 1
+    const int kb = (int)(get_group_id(0) / NSPLIT % NSUB) * TKK + kw;
+#else
+    const int kb = (int)(get_group_id(0) / NSPLIT) * TKK + kw;
+#endif
 #endif
     __local float lse_s[2][RQ], d_s[2][RQ], g_s[2][RQ];
     const int warp = get_local_id(0) / WARP, lane = lane_id(), gq = lane >> 2, tq = lane & 3;
@@ -215,8 +254,8 @@ __kernel __attribute__((reqd_work_group_size(NW * WARP, 1, 1))) void nsa_bwd_dkd
         tok_s[0][lid] = dkdv_row_token(kt, r_begin + lid, lst);
         tok_s[1][lid] = dkdv_row_token(kt, r_begin + RQ + lid, lst);
 #if DS_KEEP
-        dsrow_s[0][lid] = ds_row(kt, r_begin + lid, lst, b, h, H, T);
-        dsrow_s[1][lid] = ds_row(kt, r_begin + RQ + lid, lst, b, h, H, T);
+        ds_place_put(ds_row(kt, r_begin + lid, lst, b, h, H, T), lid, dsat_s[0], dslim_s[0]);
+        ds_place_put(ds_row(kt, r_begin + RQ + lid, lst, b, h, H, T), lid, dsat_s[1], dslim_s[1]);
 #endif
     }
     barrier(CLK_LOCAL_MEM_FENCE);
@@ -235,13 +274,13 @@ __kernel __attribute__((reqd_work_group_size(NW * WARP, 1, 1))) void nsa_bwd_dkd
         const int r0 = r_begin + c * RQ, cur = c & 1;
         int tok2 = -1;
 #if DS_KEEP
-        int dsrow2 = -1;
+        ds_place ds2 = {-1, 0};
 #endif
         row_values next = {-INFINITY, 0.0f, 0.0f};
         if (lid < RQ) {
             tok2 = dkdv_row_token(kt, r0 + 2 * RQ + lid, lst);
 #if DS_KEEP
-            dsrow2 = ds_row(kt, r0 + 2 * RQ + lid, lst, b, h, H, T);
+            ds2 = ds_row(kt, r0 + 2 * RQ + lid, lst, b, h, H, T);
 #endif
             next = row_values_get(r0 + RQ + lid, tok_s[tn][lid], b, h, gate, g_off, g_st, lse, l_off, l_st, dlt, x_off,
                                   x_st);
@@ -275,7 +314,7 @@ __kernel __attribute__((reqd_work_group_size(NW * WARP, 1, 1))) void nsa_bwd_dkd
             word_t a[4];
             p_afrag(s, kk, a, ws);
             lds_accumulate_step(dka, a, qs, QPAD, kk, DK, ws);
-            keep_ds_step(ds, a, kk, r0, dsrow_s[tc], kb, ws);
+            keep_ds_step(ds, a, kk, r0, dsat_s[tc], dslim_s[tc], kb, ws);
         }
 #else
         lds_accumulate_trans(dka, s, qs, QPAD, DK, ws);
@@ -284,7 +323,7 @@ __kernel __attribute__((reqd_work_group_size(NW * WARP, 1, 1))) void nsa_bwd_dkd
         if (lid < RQ) {
             tok_s[tf][lid] = tok2;
 #if DS_KEEP
-            dsrow_s[tf][lid] = dsrow2;
+            ds_place_put(ds2, lid, dsat_s[tf], dslim_s[tf]);
 #endif
             row_values_put(next, lid, lse_s[cur ^ 1], d_s[cur ^ 1], g_s[cur ^ 1]);
         }

@@ -23,17 +23,32 @@
  * configuration on an H100 (2026-11-25): dq 24.8 -> 18.2 ms, the dk/dv
  * pass that keeps dS 40.4 -> 43.4.
  *
+ * DSC_KEEP: the same for the compressed branch, whose dS the compressed
+ * dk/dv pass keeps (nsa_ranges.h's dsc_region), at dsc + dsc0.
+ *
  * Defines: as nsa_fwd_warp.cl (OUT_VEC: dq's rows aligned for vector
- * stores), ACC_TRANS = 1, DS_KEEP, KSP. NDRange: as nsa_fwd_warp.cl.
+ * stores), ACC_TRANS = 1, DS_KEEP, KSP, DSC_KEEP. NDRange: as
+ * nsa_fwd_warp.cl.
  */
 
 #ifndef DS_KEEP
 #define DS_KEEP 0
 #endif
+#ifndef DSC_KEEP
+#define DSC_KEEP 0
+#endif
 #if DS_KEEP
 #define DQ_DS_ARGS , __global const store_t *ds, long ds0
 #else
 #define DQ_DS_ARGS
+#endif
+#if DSC_KEEP && VARLEN
+#error "DSC_KEEP: batches without varlen only (nsa_ranges.h)"
+#endif
+#if DSC_KEEP
+#define DQ_DSC_ARGS , __global const store_t *dsc, long dsc0
+#else
+#define DQ_DSC_ARGS
 #endif
 
 /* The lane's two rows' lse (log2 units), D and gate for one branch. */
@@ -114,43 +129,24 @@ inline void dq_range(const word_t *qa, const word_t *doa, float *dq, const float
     warp_sync(ws); /* the next range's first copy may overwrite what was read */
 }
 
-#if DS_KEEP
-/* The selected branch with the kept dS: dq += dS K over the keys of the
- * token's slots, taken as one stream of chunks of KC keys (a slot's keys
- * from key0, n of them), so that each chunk's dS words and K rows are
- * fetched while the chunk before computes, across slots too. */
-typedef struct {
-    int s, c0, key0, n; /* slot s (nslots: done), its chunk from key c0 */
-} slc_chunk;
-
-inline slc_chunk slc_next(slc_chunk c, __global const int *bidx, idx_t row, idx_t slot_stride, int nslots, int tl)
+#if DS_KEEP || DSC_KEEP
+/* A chunk's k-steps of a kept dS region (p: the tile's first head at key 0;
+ * stride: the region's keys, where a head's keys are a row), keys c0 on, hi
+ * of them (heads from ng on absent, as are k-steps past the chunk's keys),
+ * as loaded: DS_BY_KEY, a[kk][0] the words of keys gq (heads 2t, 2t+1 and
+ * 8+2t, 9+2t), a[kk][1] of keys gq+8, to be transposed (kept_afrag_step);
+ * else a[kk][0] a0 and a2 of row gq, a[kk][1] a1 and a3. */
+inline void kept_load(word2_t a[KC / 16][2], __global const store_t *p0, int stride, int c0, int hi, int ng)
 {
-    c.c0 += KC;
-    while (c.c0 >= c.n && ++c.s < nslots) {
-        const int2 r = slc_slot(bidx, row, slot_stride, c.s, tl);
-        c.key0 = r.x;
-        c.n = r.y;
-        c.c0 = 0;
-    }
-    return c;
-}
-
-/* A chunk's k-steps of the kept dS (ds: the tile's first head of slot 0,
- * nsa_ranges.h's layout; heads from ng on absent, as are k-steps past the
- * chunk's keys), as loaded: DS_BY_KEY, a[kk][0] the words of keys gq (heads
- * 2t, 2t+1 and 8+2t, 9+2t), a[kk][1] of keys gq+8, to be transposed
- * (kept_afrag_step); else a[kk][0] a0 and a2 of row gq, a[kk][1] a1 and a3. */
-inline void kept_load(word2_t a[KC / 16][2], __global const store_t *ds, slc_chunk c, int nslots, int ng)
-{
-    const int gq = lane_id() >> 2, hi = c.s < nslots ? min(KC, c.n - c.c0) : 0;
+    const int gq = lane_id() >> 2;
 #if DS_BY_KEY
-    __global const store_t *p = ds + ((long)c.s * KSP + c.c0 + gq) * G + 4 * (lane_id() & 3);
+    __global const store_t *p = p0 + (long)(c0 + gq) * G + 4 * (lane_id() & 3);
     const idx_t step = 16 * G, off8 = 8 * G;
     const bool v0 = true, v8 = true; /* G heads: whole tiles */
-    (void)ng;
+    (void)ng; (void)stride;
 #else
-    __global const store_t *p = ds + ((long)c.s * G + gq) * KSP + c.c0 + 4 * (lane_id() & 3);
-    const idx_t step = 16, off8 = 8 * KSP;
+    __global const store_t *p = p0 + (long)gq * stride + c0 + 4 * (lane_id() & 3);
+    const idx_t step = 16, off8 = 8 * stride;
     const bool v0 = gq < ng, v8 = gq + 8 < ng;
 #endif
 #pragma unroll
@@ -177,6 +173,75 @@ inline void kept_afrag_step(const word2_t *x, word_t *w, __local uint *ws)
 #endif
 }
 
+/* dq += dS K for a chunk of hi keys (its dS words in a, its K rows in the
+ * tile cur), then a takes the next chunk's words (an). */
+inline void kept_chunk(float *dq, word2_t a[KC / 16][2], word2_t an[KC / 16][2], __local const store_t *cur, int hi,
+                       __local uint *ws)
+{
+#pragma unroll
+    for (int kk = 0; kk < KC / 16; ++kk) {
+        if (16 * kk < hi) { /* the same for the whole warp */
+            word_t w[4];
+            kept_afrag_step(a[kk], w, ws);
+            lds_accumulate_step(dq, w, cur, KT_RS, kk, DK, ws);
+        }
+        a[kk][0] = an[kk][0];
+        a[kk][1] = an[kk][1];
+    }
+}
+#endif
+
+#if DSC_KEEP
+/* The compressed branch with the kept dS (p: the token's region, at the
+ * tile's first head; stride: its keys): dq += dS K over the n visible keys
+ * in chunks of KC, each chunk's dS words and K rows fetched while the one
+ * before computes. */
+inline void dq_cmp_kept(float *dq, __global const store_t *p, int stride, int ng, int n, __global const store_t *k,
+                        idx_t k_rs, __local store_t *kt, __local uint *ws)
+{
+    word2_t a[KC / 16][2], an[KC / 16][2];
+    kept_load(a, p, stride, 0, min(KC, n), ng);
+    if (n > 0) stage_k(kt, k, k_rs, min(KC, n));
+    for (int c0 = 0, i = 0; c0 < n; c0 += KC, i ^= 1) {
+        const int next = clamp(n - c0 - KC, 0, KC);
+        kept_load(an, p, stride, c0 + KC, next, ng);
+        __local const store_t *cur = k_tile_ready(kt, i, k + (idx_t)(c0 + KC) * k_rs, k_rs, next, ws);
+        kept_chunk(dq, a, an, cur, min(KC, n - c0), ws);
+    }
+    warp_sync(ws); /* the next range's first copy may overwrite what was read */
+}
+#endif
+
+#if DS_KEEP
+/* The selected branch with the kept dS: dq += dS K over the keys of the
+ * token's slots, taken as one stream of chunks of KC keys (a slot's keys
+ * from key0, n of them), so that each chunk's dS words and K rows are
+ * fetched while the chunk before computes, across slots too. */
+typedef struct {
+    int s, c0, key0, n; /* slot s (nslots: done), its chunk from key c0 */
+} slc_chunk;
+
+inline slc_chunk slc_next(slc_chunk c, __global const int *bidx, idx_t row, idx_t slot_stride, int nslots, int tl)
+{
+    c.c0 += KC;
+    while (c.c0 >= c.n && ++c.s < nslots) {
+        const int2 r = slc_slot(bidx, row, slot_stride, c.s, tl);
+        c.key0 = r.x;
+        c.n = r.y;
+        c.c0 = 0;
+    }
+    return c;
+}
+
+/* Slot c.s's region (ds: the tile's first head of slot 0). */
+inline __global const store_t *slot_region(__global const store_t *ds, slc_chunk c)
+{
+    return ds + (long)c.s * KSP * G;
+}
+
+/* The chunk's keys, none past the last slot. */
+inline int slc_chunk_keys(slc_chunk c, int nslots) { return c.s < nslots ? min(KC, c.n - c.c0) : 0; }
+
 inline void dq_selected_kept(float *dq, __global const store_t *ds, int ng, __global const int *bidx, idx_t row,
                              idx_t slot_stride, int nslots, int tl, __global const store_t *k, idx_t k_rs,
                              __local store_t *kt, __local uint *ws)
@@ -184,24 +249,14 @@ inline void dq_selected_kept(float *dq, __global const store_t *ds, int ng, __gl
     slc_chunk c = {-1, 0, 0, 0};
     c = slc_next(c, bidx, row, slot_stride, nslots, tl);
     word2_t a[KC / 16][2], an[KC / 16][2];
-    kept_load(a, ds, c, nslots, ng);
-    if (c.s < nslots) stage_k(kt, k + (idx_t)(c.key0 + c.c0) * k_rs, k_rs, min(KC, c.n - c.c0));
+    kept_load(a, slot_region(ds, c), KSP, c.c0, slc_chunk_keys(c, nslots), ng);
+    if (c.s < nslots) stage_k(kt, k + (idx_t)(c.key0 + c.c0) * k_rs, k_rs, slc_chunk_keys(c, nslots));
     for (int i = 0; c.s < nslots; i ^= 1) {
         const slc_chunk nx = slc_next(c, bidx, row, slot_stride, nslots, tl);
-        kept_load(an, ds, nx, nslots, ng);
-        __local const store_t *cur = k_tile_ready(kt, i, k + (idx_t)(nx.key0 + nx.c0) * k_rs, k_rs,
-                                                  nx.s < nslots ? min(KC, nx.n - nx.c0) : 0, ws);
-        const int hi = min(KC, c.n - c.c0);
-#pragma unroll
-        for (int kk = 0; kk < KC / 16; ++kk) {
-            if (16 * kk < hi) { /* the same for the whole warp */
-                word_t w[4];
-                kept_afrag_step(a[kk], w, ws);
-                lds_accumulate_step(dq, w, cur, KT_RS, kk, DK, ws);
-            }
-            a[kk][0] = an[kk][0];
-            a[kk][1] = an[kk][1];
-        }
+        const int next = slc_chunk_keys(nx, nslots);
+        kept_load(an, slot_region(ds, nx), KSP, nx.c0, next, ng);
+        __local const store_t *cur = k_tile_ready(kt, i, k + (idx_t)(nx.key0 + nx.c0) * k_rs, k_rs, next, ws);
+        kept_chunk(dq, a, an, cur, slc_chunk_keys(c, nslots), ws);
         c = nx;
     }
     warp_sync(ws); /* the next range's first copy may overwrite what was read */
@@ -212,7 +267,7 @@ inline void dq_selected_kept(float *dq, __global const store_t *ds, int ng, __gl
     dq_rows(lse2, dd, gg, ng, lse, lse_base, lse_hs, dlt, dlt_base, dlt_hs, gate, gate_base, gate_hs)
 
 __kernel __attribute__((reqd_work_group_size(NW * WARP, 1, 1))) void nsa_bwd_dq(
-    NSA_QUERY_ARGS, NSA_DQ_OUT_ARGS DQ_DS_ARGS)
+    NSA_QUERY_ARGS, NSA_DQ_OUT_ARGS DQ_DS_ARGS DQ_DSC_ARGS)
 {
     __local uint wscr[NW * WARP_SCRATCH];
     const int warp = get_local_id(0) / WARP, gq = lane_id() >> 2;
@@ -241,12 +296,18 @@ __kernel __attribute__((reqd_work_group_size(NW * WARP, 1, 1))) void nsa_bwd_dq(
     for (int i = 0; i < DK / 2; ++i) dq[i] = 0.0f;
 
 #if HAS_CMP
-    ROWS(lse_cmp, at4(lc_off, lc_st, b, t, hq0, 0), lc_st.z, d_cmp, at4(xc_off, xc_st, b, t, hq0, 0), xc_st.z, g_cmp,
-         at4(gc_off, gc_st, b, t, hq0, 0), gc_st.z);
     {
         const int row0 = cmp_row0(cmp_off, sq), nvis = cmp_visible(tl, live, nc_rows, row0);
+#if DSC_KEEP /* no VARLEN: t is tl */
+        const int keys = dsc_keys(t);
+        __global const store_t *p = dsc + dsc0 + dsc_region(b, h, get_num_groups(1), T, t) + (DS_BY_KEY ? g0 : g0 * keys);
+        dq_cmp_kept(dq, p, keys, ng, nvis, kc + at4(kc_off, kc_st, b, row0, h, 0), kc_st.y, kt, ws);
+#else
+        ROWS(lse_cmp, at4(lc_off, lc_st, b, t, hq0, 0), lc_st.z, d_cmp, at4(xc_off, xc_st, b, t, hq0, 0), xc_st.z, g_cmp,
+             at4(gc_off, gc_st, b, t, hq0, 0), gc_st.z);
         dq_range(qa, doa, dq, lse2, dd, gg, kc + at4(kc_off, kc_st, b, row0, h, 0), kc_st.y,
                  vc + at4(vc_off, vc_st, b, row0, h, 0), vc_st.y, nvis, sl2, kt, ws);
+#endif
     }
 #endif
 #if HAS_SLC

@@ -104,6 +104,31 @@ inline int2 slc_slot(__global const int *bidx, idx_t row, idx_t slot_stride, int
  * dq transposes what DS_BY_KEY stores (mat8_trans) as it loads it. */
 #define DS_BY_KEY (G % 16 == 0)
 
+/* The compressed branch's dS kept for dq (DSC_KEEP: the compressed dk/dv
+ * pass writes it, dq reads it): per (batch, KV head) the tokens in order,
+ * token tl holding the G heads' dS over its visible compressed keys rounded
+ * up to 16 (dsc_keys, zeros past them), laid out as DS_BY_KEY says for the
+ * selected branch ([keys][G] or [G][keys]). Unclamped, so that a region's
+ * place depends on the token alone; batches without varlen only (the
+ * compressed dk/dv tiles cross sequences). B*H*dsc_keys_before(T)*G
+ * elements, quadratic in T: 4.4 GB at T = 64k, HQ = 64, strides of 64, bf16. */
+inline int dsc_keys(int tl) { return tl >= CMP_L - 1 ? 16 * ((tl - (CMP_L - 1)) / (16 * CMP_D) + 1) : 0; }
+
+/* The keys the tokens before tl hold: the sum of dsc_keys(u) over u < tl,
+ * 16 (m + E q(q-1)/2 + q r) for the m = qE + r tokens from CMP_L - 1 on,
+ * E = 16 CMP_D. */
+inline long dsc_keys_before(int tl)
+{
+    const long m = max(0, tl - (CMP_L - 1)), e = 16L * CMP_D, q = m / e, r = m - q * e;
+    return 16 * (m + e * q * (q - 1) / 2 + q * r);
+}
+
+/* The element where token t's region starts (its first key, head 0). */
+inline long dsc_region(int b, int h, int H, int T, int t)
+{
+    return ((long)(b * H + h) * dsc_keys_before(T) + dsc_keys_before(t)) * G;
+}
+
 inline int slc_slots(__global const int *bcnt, idx_t cnt_at, bool live)
 {
 #if HAS_COUNTS

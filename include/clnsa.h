@@ -275,16 +275,24 @@ typedef struct clnsa_nsa_config {
     int init_blocks;  /* forced leading blocks (default 1) */
     int local_blocks; /* forced blocks ending at the query's block (default 2) */
     float scale;      /* softmax scale; 0 = 1/sqrt(DK) (default) */
-    int keep_ds;      /* backward on the tensor-core path (default 1): the
-                         selected branch's dk/dv pass keeps dS in the
-                         workspace, B*T*HQ*block_count*round_up(block_size, 16)
-                         elements of the storage dtype (8.6 GB at T = 64k,
-                         HQ = 64, bf16), and dq reads it instead of
-                         recomputing P and dP (one matrix product there
-                         instead of three). Left out by itself where the
-                         workspace would outgrow the device's largest
-                         allocation. 0: recomputed, the smaller workspace. */
+    int keep_ds;      /* backward on the tensor-core path: which branches'
+                         dk/dv passes keep dS in the workspace for dq, which
+                         then reads it instead of recomputing P and dP (one
+                         matrix product there instead of three); a sum of
+                         CLNSA_KEEP_DS_* (default both; 0: recomputed, the
+                         smallest workspace). Each is left out by itself
+                         where the workspace would outgrow the device's
+                         largest allocation, the compressed branch's first. */
 } clnsa_nsa_config;
+
+/* config.keep_ds, in the storage dtype's elements of workspace: */
+/* B*T*HQ*block_count*round_up(block_size, 16): 8.6 GB at T = 64k, HQ = 64,
+ * bf16; linear in T. */
+#define CLNSA_KEEP_DS_SELECTED 1
+/* About B*HQ*T^2 / (2*cmp_stride) (each token's visible compressed keys,
+ * rounded up to 16): 4.4 GB at T = 64k, HQ = 64, strides of 64, bf16;
+ * quadratic in T. Batches without cu_seqlens only (ignored with them). */
+#define CLNSA_KEEP_DS_COMPRESSED 2
 
 /* Fills the defaults, which match fla-org's parallel_nsa. */
 CLNSA_API void clnsa_nsa_config_init(clnsa_nsa_config *config);

@@ -636,7 +636,7 @@ static void test_config_out_of_range(void **state)
     c.cfg_v.init_blocks = -1;
     expect_fail(c, CLNSA_ERROR_INVALID_ARGUMENT, "config.init_blocks:", 0);
     c = valid_call();
-    c.cfg_v.keep_ds = 2;
+    c.cfg_v.keep_ds = 4;
     expect_fail(c, CLNSA_ERROR_INVALID_ARGUMENT, "config.keep_ds:", 0);
 }
 

@@ -126,13 +126,22 @@ static bool backward_refused(bwd_bufs *b, const nsa_run *r)
     return true;
 }
 
-/* dq reads the dS that the selected branch's dk/dv pass keeps
- * (config.keep_ds, the default), or recomputes it (every fourth case from
- * the fourth); which one ran is asserted through the programs built. */
+/* dq reads the dS that the selected and compressed branches' dk/dv passes
+ * keep (config.keep_ds, both by default), or recomputes it: both kept in
+ * most cases, the compressed branch's alone in every fourth from the third,
+ * neither in every fourth from the fourth (varlen batches keep only the
+ * selected branch's). Which ran is asserted through the programs built. */
+static int keep_ds_of(size_t i)
+{
+    static const int modes[4] = {CLNSA_KEEP_DS_SELECTED | CLNSA_KEEP_DS_COMPRESSED,
+                                 CLNSA_KEEP_DS_SELECTED | CLNSA_KEEP_DS_COMPRESSED, CLNSA_KEEP_DS_COMPRESSED, 0};
+    return modes[i % 4];
+}
+
 static void test_backward(void **state)
 {
     (void)state;
-    bool kept = false, recomputed = false;
+    bool kept = false, recomputed = false, cmp_kept = false, cmp_recomputed = false;
     for (size_t i = 0; i < warp_case_count; ++i) {
         const nsa_case *c = &warp_cases[i];
         if (!nsa_case_selected(c->name) || strstr(c->name, "(forward)")) continue;
@@ -140,21 +149,25 @@ static void test_backward(void **state)
         nsa_run_setup(&env, &r, c, 900 + i);
         if (i % 2 == 1) nsa_run_save_branches(&env, &r); /* the backward's prologue reads them */
         nsa_run_forward(&env, &r);
-        r.cfg.keep_ds = i % 4 != 3;
+        r.cfg.keep_ds = keep_ds_of(i);
         bwd_bufs b;
         bwd_setup(&env, &b, &r, 77 + i);
         if (!backward_refused(&b, &r)) {
             bwd_run_device(&env, &b, &r);
             bwd_reference(&b, &r);
             bwd_compare(&b, c);
-            if (c->slc) *(r.cfg.keep_ds ? &kept : &recomputed) = true;
+            if (c->slc) *(r.cfg.keep_ds & CLNSA_KEEP_DS_SELECTED ? &kept : &recomputed) = true;
+            if (c->cmp && !c->cu) *(r.cfg.keep_ds & CLNSA_KEEP_DS_COMPRESSED ? &cmp_kept : &cmp_recomputed) = true;
         }
         bwd_free(&b);
         nsa_run_free(&r);
     }
-    /* dq's defines end with these (src/ops/nsa_fwd.c), the dk/dv pass's with ACC_TRANS, DS_KEEP */
-    if (kept) assert_true(built("#define WHOLE_CMP_SWA 0\n#define DS_KEEP 1\n") && built("#define ACC_TRANS 1\n#define DS_KEEP 1\n"));
+    /* dq's defines end with these (src/ops/nsa_fwd.c); the dk/dv pass's
+     * DS_KEEP follows its BRANCH (src/ops/nsa_bwd.c) */
+    if (kept) assert_true(built("#define WHOLE_CMP_SWA 0\n#define DS_KEEP 1\n") && built("#define BRANCH 1\n#define DS_KEEP 1\n"));
     if (recomputed) assert_true(built("#define WHOLE_CMP_SWA 0\n#define DS_KEEP 0\n"));
+    if (cmp_kept) assert_true(built("#define DSC_KEEP 1\n") && built("#define BRANCH 0\n#define DS_KEEP 1\n"));
+    if (cmp_recomputed) assert_true(built("#define DSC_KEEP 0\n") && built("#define BRANCH 0\n#define DS_KEEP 0\n"));
 }
 
 static size_t bwd_workspace(clnsa_context *ctx, nsa_run *r, bwd_bufs *b, int keep_ds)
@@ -166,9 +179,28 @@ static size_t bwd_workspace(clnsa_context *ctx, nsa_run *r, bwd_bufs *b, int kee
     return bytes;
 }
 
+/* A context like env.ctx whose largest allocation is `limit` bytes. */
+static clnsa_context *context_with_limit(size_t limit)
+{
+    char value[32], msg[256];
+    snprintf(value, sizeof value, "%zu", limit);
+    assert_int_equal(setenv("CLNSA_MAX_MEM_ALLOC", value, 1), 0);
+    /* env.ctx's options, so that only the allocation limit differs */
+    const clnsa_context_options o = test_warp_options(clnsa_context_device_info(env.ctx));
+    clnsa_context *ctx = NULL;
+    const clnsa_status st = clnsa_context_create(env.cl, env.device, &o, &ctx, msg, sizeof msg);
+    unsetenv("CLNSA_MAX_MEM_ALLOC");
+    assert_int_equal(st, CLNSA_SUCCESS);
+    return ctx;
+}
+
 /* The kept dS takes B*T*HQ*S*round16(block_size) elements of the workspace
- * (256-byte aligned), and is left out where the workspace would then pass
- * the device's largest allocation (CLNSA_MAX_MEM_ALLOC lowers it). */
+ * for the selected branch and, for the compressed one, B*HQ*16 elements
+ * per token and 16 of its visible compressed keys (each region 256-byte
+ * aligned). Where the workspace would pass the device's largest allocation
+ * (CLNSA_MAX_MEM_ALLOC lowers it), the compressed region is left out
+ * first, then the selected one, and the compressed one kept alone if it
+ * fits by itself. */
 static void test_keep_ds_workspace(void **state)
 {
     (void)state;
@@ -176,26 +208,29 @@ static void test_keep_ds_workspace(void **state)
         printf("skipped on Mesa: the library refuses the emulated backward there\n");
         return;
     }
-    const nsa_case *c = &warp_cases[warp_case_count - 1]; /* warp tiny: bf16, block 16 */
+    const nsa_case *c = &warp_cases[warp_case_count - 1]; /* warp tiny: bf16, block 16, no varlen */
     nsa_run r;
     nsa_run_setup(&env, &r, c, 4242);
     bwd_bufs b;
     bwd_setup(&env, &b, &r, 4243);
-    const size_t lean = bwd_workspace(env.ctx, &r, &b, 0), kept = bwd_workspace(env.ctx, &r, &b, 1);
+    size_t keys = 0; /* each token's visible compressed keys, rounded up to 16, summed */
+    for (int t = c->cmp_l - 1; t < c->T; ++t) keys += ((t - (c->cmp_l - 1)) / c->cmp_d + 1 + 15) / 16 * 16;
     const size_t ds = (size_t)c->B * c->T * c->HQ * c->S * ((c->bs + 15) / 16 * 16) * 2;
-    assert_true(kept >= lean + ds && kept < lean + ds + 256);
+    const size_t dsc = (size_t)c->B * c->HQ * keys * 2;
+    assert_true(dsc < ds); /* so that the compressed region alone fits under the selected one's size */
+    const size_t lean = bwd_workspace(env.ctx, &r, &b, 0), slc = bwd_workspace(env.ctx, &r, &b, CLNSA_KEEP_DS_SELECTED);
+    const size_t cmp = bwd_workspace(env.ctx, &r, &b, CLNSA_KEEP_DS_COMPRESSED);
+    const size_t both = bwd_workspace(env.ctx, &r, &b, CLNSA_KEEP_DS_SELECTED | CLNSA_KEEP_DS_COMPRESSED);
+    assert_true(slc >= lean + ds && slc < lean + ds + 256);
+    assert_true(cmp >= lean + dsc && cmp < lean + dsc + 256);
+    assert_true(both >= lean + ds + dsc && both < lean + ds + dsc + 512);
 
-    char limit[32], msg[256];
-    snprintf(limit, sizeof limit, "%zu", kept - 1);
-    assert_int_equal(setenv("CLNSA_MAX_MEM_ALLOC", limit, 1), 0);
-    /* env.ctx's options, so that only the allocation limit differs */
-    const clnsa_context_options o = test_warp_options(clnsa_context_device_info(env.ctx));
-    clnsa_context *small = NULL;
-    const clnsa_status st = clnsa_context_create(env.cl, env.device, &o, &small, msg, sizeof msg);
-    unsetenv("CLNSA_MAX_MEM_ALLOC");
-    assert_int_equal(st, CLNSA_SUCCESS);
-    assert_int_equal(bwd_workspace(small, &r, &b, 1), lean);
-    clnsa_context_destroy(small);
+    const size_t limits[3] = {both - 1, slc - 1, cmp - 1}, expect[3] = {slc, cmp, lean};
+    for (int i = 0; i < 3; ++i) {
+        clnsa_context *small = context_with_limit(limits[i]);
+        assert_int_equal(bwd_workspace(small, &r, &b, CLNSA_KEEP_DS_SELECTED | CLNSA_KEEP_DS_COMPRESSED), expect[i]);
+        clnsa_context_destroy(small);
+    }
     bwd_free(&b);
     nsa_run_free(&r);
 }

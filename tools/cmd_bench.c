@@ -477,7 +477,7 @@ static void write_svg(const char *path, const cli_env *env, const bench_row *row
 
 int cmd_bench(int argc, char **argv)
 {
-    bench_opts o = {64, 4, 128, 512, 5, 2, 16, 64, 1, false, false, false, false, false, "4096,8192,16384,32768,65536", NULL, NULL, NULL, NULL};
+    bench_opts o = {64, 4, 128, 512, 5, 2, 16, 64, CLNSA_KEEP_DS_SELECTED | CLNSA_KEEP_DS_COMPRESSED, false, false, false, false, false, "4096,8192,16384,32768,65536", NULL, NULL, NULL, NULL};
     const cli_opt opts[] = {
         {"--T", OPT_STRING, &o.Ts, 0, 0, NULL, "LIST", "tokens, comma-separated (default 4096,8192,16384,32768,65536)"},
         {"--HQ", OPT_INT, &o.HQ, 1, 1024, NULL, "N", "query heads (default 64)"},
@@ -488,8 +488,8 @@ int cmd_bench(int argc, char **argv)
         {"--window", OPT_INT, &o.window, 0, 1 << 20, NULL, "N", "sliding window of the nsa method, 0 = off (default 512)"},
         {"--dtype", OPT_CHOICE, &o.dtype, 0, 0, "f32|f16|bf16", NULL, "storage dtype (default bf16)"},
         {"--repeat", OPT_INT, &o.repeat, 1, 64, NULL, "N", "timed runs after a warm-up, median taken (default 5)"},
-        {"--keep-ds", OPT_INT, &o.keep_ds, 0, 1, NULL, "0|1",
-         "the NSA backward keeps the selected branch's dS for dq (config.keep_ds, default 1)"},
+        {"--keep-ds", OPT_INT, &o.keep_ds, 0, 3, NULL, "0-3",
+         "branches whose dS the NSA backward keeps for dq: 1 selected, 2 compressed, 3 both (config.keep_ds, default 3)"},
         {"--no-bwd", OPT_FLAG, &o.no_bwd, 0, 0, NULL, NULL, "forward only"},
         {"--recompute", OPT_FLAG, &o.recompute, 0, 0, NULL, NULL,
          "the NSA backward recomputes the branch outputs instead of reading the training forward's saved ones"},

@@ -24,13 +24,23 @@ typedef struct {
     bool fused_topk;
     int topk_jb;
     int64_t topk_pc_max;
-    /* backward: the dk/dv pass keeps dS for dq (DS_KEEP, nsa_bwd.c) */
-    bool ds_keep;
+    /* backward: the selected (ds_keep) and compressed (dsc_keep) dk/dv
+     * passes keep dS for dq (DS_KEEP, DSC_KEEP, nsa_bwd.c) */
+    bool ds_keep, dsc_keep;
 } nsa_problem;
 
 /* DS_KEEP's row of a (token, head, slot): the block's keys, rounded up to
  * whole 16-key steps. */
 static inline int nsa_ds_row(const nsa_problem *pb) { return (pb->cfg.block_size + 15) / 16 * 16; }
+
+/* DSC_KEEP's keys of the tokens before tl (cl/nsa_ranges.h's
+ * dsc_keys_before, the same sum). */
+static inline int64_t nsa_dsc_keys_before(const nsa_problem *pb, int tl)
+{
+    const int64_t m = tl - (pb->cfg.cmp_block - 1) > 0 ? tl - (pb->cfg.cmp_block - 1) : 0;
+    const int64_t e = 16 * (int64_t)pb->cfg.cmp_stride, q = m / e, r = m - q * e;
+    return 16 * (m + e * q * (q - 1) / 2 + q * r);
+}
 
 /* Bytes of an element of the storage dtype. */
 static inline size_t nsa_elem_bytes(const nsa_problem *pb) { return pb->dtype == CLNSA_DTYPE_F32 ? 4 : 2; }

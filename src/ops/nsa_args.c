@@ -17,7 +17,7 @@ void clnsa_nsa_config_init(clnsa_nsa_config *c)
     c->init_blocks = 1;
     c->local_blocks = 2;
     c->scale = 0.0f;
-    c->keep_ds = 1;
+    c->keep_ds = CLNSA_KEEP_DS_SELECTED | CLNSA_KEEP_DS_COMPRESSED;
 }
 
 static clnsa_status check_config(clnsa_context *ctx, const clnsa_nsa_config *c)
@@ -26,7 +26,7 @@ static clnsa_status check_config(clnsa_context *ctx, const clnsa_nsa_config *c)
         {"config.block_size", c->block_size, 1, 1 << 20},   {"config.block_count", c->block_count, 1, 1024},
         {"config.cmp_block", c->cmp_block, 0, 1 << 20},     {"config.cmp_stride", c->cmp_stride, 0, 1 << 20},
         {"config.window", c->window, 0, 1 << 30},           {"config.init_blocks", c->init_blocks, 0, 1 << 20},
-        {"config.local_blocks", c->local_blocks, 0, 1 << 20}, {"config.keep_ds", c->keep_ds, 0, 1},
+        {"config.local_blocks", c->local_blocks, 0, 1 << 20}, {"config.keep_ds", c->keep_ds, 0, 3},
     };
     for (size_t i = 0; i < sizeof r / sizeof r[0]; ++i)
         if (r[i].v < r[i].lo || r[i].v > r[i].hi)

@@ -51,8 +51,8 @@ typedef struct {
     size_t blk_off, dlt[3], dk32, dv32, dkc32, dvc32, dx, dw32, cnt, lst_start, lst;
     size_t split_part; /* the compressed dk/dv pass's per-split sums (warp path) */
     size_t heavy_part; /* the heavy blocks' per-split sums (warp path) */
-    size_t ds;         /* the selected branch's dS, with ds_keep */
-    bool ds_keep;
+    size_t ds, dsc;    /* the selected and compressed branches' dS, with ds_keep, dsc_keep */
+    bool ds_keep, dsc_keep;
     heavy_layout heavy;
     int nblk, chunk, nchunk, nsplit;
     size_t total;
@@ -169,6 +169,38 @@ static int cmp_splits(const clnsa_context *ctx, const nsa_problem *pb)
     return (int)(want < 1 ? 1 : want > 32 ? 32 : want);
 }
 
+/* The kept dS regions (DS_KEEP, DSC_KEEP) go last, from cur, so that
+ * leaving them out leaves the rest where it is: both where the workspace
+ * then fits the device's largest allocation, else the selected branch's
+ * alone (linear in T, where the compressed one's is quadratic), else the
+ * compressed one's alone. The dk/dv pass numbers their elements in units
+ * of 16 in an int. */
+static void place_kept_ds(const clnsa_context *ctx, const nsa_problem *pb, bwd_workspace *w, size_t cur)
+{
+    const size_t BT = (size_t)pb->B * pb->T, eb = nsa_elem_bytes(pb);
+    const size_t slc_elems = BT * pb->HQ * (size_t)pb->S * (size_t)nsa_ds_row(pb);
+    const size_t cmp_elems = (size_t)pb->B * pb->HQ * (size_t)nsa_dsc_keys_before(pb, pb->T);
+    const bool warp = pb->warp != WARP_OFF;
+    const bool slc = warp && pb->has_slc && (pb->cfg.keep_ds & CLNSA_KEEP_DS_SELECTED) && slc_elems / 16 <= 0x7fffffffu;
+    const bool cmp = warp && pb->has_cmp && (pb->cfg.keep_ds & CLNSA_KEEP_DS_COMPRESSED) && !pb->varlen &&
+                     cmp_elems / 16 <= 0x7fffffffu;
+    const size_t slc_bytes = slc_elems * eb, cmp_bytes = cmp_elems * eb;
+    const bool tries[3][2] = {{slc, cmp}, {slc, false}, {false, cmp}};
+    for (int i = 0; i < 3; ++i) {
+        if (!tries[i][0] && !tries[i][1]) continue;
+        size_t at = cur;
+        const size_t ds = tries[i][0] ? take(&at, slc_bytes) : 0, dsc = tries[i][1] ? take(&at, cmp_bytes) : 0;
+        if (round_up(at, 256) > ctx->info.max_mem_alloc_size) continue;
+        w->ds_keep = tries[i][0];
+        w->dsc_keep = tries[i][1];
+        w->ds = ds;
+        w->dsc = dsc;
+        cur = at;
+        break;
+    }
+    w->total = round_up(cur, 256);
+}
+
 static clnsa_status plan_bwd_workspace(clnsa_context *ctx, cl_command_queue queue, const nsa_problem *pb,
                                        bwd_workspace *w)
 {
@@ -229,15 +261,7 @@ static clnsa_status plan_bwd_workspace(clnsa_context *ctx, cl_command_queue queu
         w->lst_start = take(&cur, sizeof(cl_int) * (size_t)pb->B * H * (w->nblk + 1));
         w->lst = take(&cur, sizeof(cl_int) * BT * H * pb->S);
     }
-    /* last, so that leaving it out leaves the rest where it is; its rows
-     * are numbered in an int */
-    if (pb->has_slc && pb->warp != WARP_OFF && pb->cfg.keep_ds && BT * pb->HQ * (size_t)pb->S <= 0x7fffffffu) {
-        const size_t before = cur;
-        w->ds = take(&cur, BT * pb->HQ * (size_t)pb->S * (size_t)nsa_ds_row(pb) * nsa_elem_bytes(pb));
-        w->ds_keep = round_up(cur, 256) <= ctx->info.max_mem_alloc_size;
-        if (!w->ds_keep) cur = before;
-    }
-    w->total = round_up(cur, 256);
+    place_kept_ds(ctx, pb, w, cur);
     return CLNSA_SUCCESS;
 }
 
@@ -308,13 +332,14 @@ static clnsa_status plan_prologue(clnsa_context *ctx, op_plan *p, const nsa_prob
     return plan_args_done(ctx, &a, "nsa_fwd (backward prologue) arguments");
 }
 
-/* The kept dS (DS_KEEP), the last arguments of dq and the selected dk/dv
- * pass: the workspace and the region's element offset, 64-bit whatever
- * idx_t is (the region passes 2^31 elements from T = 32k at HQ = 64). */
-static void ds_args(kargs *a, const nsa_problem *pb, const bwd_args *x)
+/* A kept dS region (DS_KEEP, DSC_KEEP at byte offset `at`), the last
+ * arguments of dq and of the dk/dv pass that writes it: the workspace and
+ * the region's element offset, 64-bit whatever idx_t is (the selected
+ * region passes 2^31 elements from T = 32k at HQ = 64). */
+static void ds_args(kargs *a, const nsa_problem *pb, const bwd_args *x, size_t at)
 {
     ka_mem(a, x->ws);
-    ka_long(a, (int64_t)(x->lay->ds / nsa_elem_bytes(pb)));
+    ka_long(a, (int64_t)(at / nsa_elem_bytes(pb)));
 }
 
 static clnsa_status plan_dq(clnsa_context *ctx, op_plan *p, const nsa_problem *pb, const bwd_args *x)
@@ -331,7 +356,8 @@ static clnsa_status plan_dq(clnsa_context *ctx, op_plan *p, const nsa_problem *p
     ka_tensor(&a, &x->gr->dq);
     ka_int(&a, pb->T);
     ka_float(&a, pb->cfg.scale);
-    if (pb->ds_keep) ds_args(&a, pb, x);
+    if (pb->ds_keep) ds_args(&a, pb, x, x->lay->ds);
+    if (pb->dsc_keep) ds_args(&a, pb, x, x->lay->dsc);
     return plan_args_done(ctx, &a, "nsa_bwd_dq arguments");
 }
 
@@ -428,13 +454,14 @@ static clnsa_status plan_dkdv_warp(clnsa_context *ctx, op_plan *p, const nsa_pro
     const size_t wg = wp->wg;
     const int tkk = (int)(wg / 2), nsplit = pass ? w->heavy.nsplit : branch == 0 ? w->nsplit : 1;
     const bool heavy = branch == 1 && w->heavy.nsplit > 0;
+    const bool keep = (branch == 1 && pb->ds_keep) || (branch == 0 && pb->dsc_keep);
     char d[2560];
     snprintf(d, sizeof d,
-             "%s#define NW %zu\n#define TKK %d\n#define KC %d\n#define MMA_NV %d\n#define BRANCH %d\n#define ACCUM %d\n"
-             "#define NSPLIT %d\n#define HEAVY %d\n#define HEAVY_PASS %d\n#define ACC_TRANS 1\n#define DS_KEEP %d\n"
+             "%s#define NW %zu\n#define TKK %d\n#define KC %d\n#define MMA_NV %d\n#define BRANCH %d\n#define DS_KEEP %d\n"
+             "#define ACCUM %d\n#define NSPLIT %d\n#define HEAVY %d\n#define HEAVY_PASS %d\n#define ACC_TRANS 1\n"
              "#define KSP %d\n",
-             defines, wg / 32, tkk, wp->kc, pb->warp == WARP_NV, branch, accum ? 1 : 0, nsplit, heavy, pass,
-             branch == 1 && pb->ds_keep, nsa_ds_row(pb));
+             defines, wg / 32, tkk, wp->kc, pb->warp == WARP_NV, branch, keep, accum ? 1 : 0, nsplit, heavy, pass,
+             nsa_ds_row(pb));
     cl_program prog;
     CHECK(program_get(ctx, dkdv_warp_files, d, &prog));
     kargs a;
@@ -446,7 +473,7 @@ static clnsa_status plan_dkdv_warp(clnsa_context *ctx, op_plan *p, const nsa_pro
     const size_t dst[2] = {branch == 0 ? w->dkc32 : w->dk32, branch == 0 ? w->dvc32 : w->dv32};
     const bool split = pass || nsplit > 1;
     dkdv_args(&a, pb, x, branch, nkeys, split ? part[0] : dst[0], split ? part[1] : dst[1]);
-    if (branch == 1 && pb->ds_keep) ds_args(&a, pb, x);
+    if (keep) ds_args(&a, pb, x, branch == 1 ? w->ds : w->dsc);
     CHECK(plan_args_done(ctx, &a, "nsa_bwd_dkdv arguments"));
     return split ? plan_split_sums(ctx, p, prog, pb, x, pass, nkeys, part, dst) : CLNSA_SUCCESS;
 }
@@ -633,13 +660,15 @@ static clnsa_status plan_backward(clnsa_context *ctx, op_plan *p, const nsa_prob
         CHECK(nsa_plan_offsets(ctx, p, prog, pb, x->in, x->ws, x->lay->blk_off, pb->cfg.block_size));
     }
     CHECK(plan_prologue(ctx, p, pb, x));
-    if (pb->has_slc) { /* before dq, which reads the dS it keeps (ds_keep) */
+    /* the selected and compressed passes before dq, which reads the dS
+     * they keep (ds_keep, dsc_keep) */
+    if (pb->has_slc) {
         CHECK(plan_index(ctx, p, pb, x, defines));
         CHECK(plan_dkdv(ctx, p, pb, x, 1, false, defines));
     }
+    if (pb->has_cmp) CHECK(plan_dkdv(ctx, p, pb, x, 0, false, defines));
     CHECK(plan_dq(ctx, p, pb, x));
     if (pb->has_swa) CHECK(plan_dkdv(ctx, p, pb, x, 2, pb->has_slc, defines));
-    if (pb->has_cmp) CHECK(plan_dkdv(ctx, p, pb, x, 0, false, defines));
     return plan_finish_all(ctx, p, pb, x);
 }
 
@@ -673,6 +702,7 @@ clnsa_status clnsa_nsa_backward(clnsa_context *ctx, cl_command_queue queue, cons
     CHECK(validate_bwd(ctx, config, in, saved, dout, grads, &pb));
     CHECK(plan_bwd_workspace(ctx, queue, &pb, &lay));
     pb.ds_keep = lay.ds_keep;
+    pb.dsc_keep = lay.dsc_keep;
     nsa_workspace total = lay.fwd;
     total.total = lay.total;
     CHECK(nsa_check_workspace(ctx, &total, workspace, workspace_bytes));

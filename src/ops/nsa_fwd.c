@@ -148,9 +148,9 @@ clnsa_status nsa_plan_query_kernel(clnsa_context *ctx, op_plan *p, const nsa_pro
                "#define V_EARLY %d\n#define V_STAGE %d\n#define ACC_TRANS %d\n#define WHOLE_SLC %d\n#define WHOLE_CMP_SWA %d\n",
                lean && !staged, staged, staged || kind == ATTN_DQ /* dq: dS K from local K tiles */, lean || fused,
                lean);
-        if (kind == ATTN_DQ) /* the selected branch's dS from the dk/dv pass */
-            append(defines, sizeof defines, strlen(defines), "#define DS_KEEP %d\n#define KSP %d\n", pb->ds_keep,
-                   nsa_ds_row(pb));
+        if (kind == ATTN_DQ) /* the selected and compressed branches' dS from their dk/dv passes */
+            append(defines, sizeof defines, strlen(defines), "#define DS_KEEP %d\n#define KSP %d\n#define DSC_KEEP %d\n",
+                   pb->ds_keep, nsa_ds_row(pb), pb->dsc_keep);
         files = kind == ATTN_DQ ? dq_warp_files : fused ? fused_fwd_warp_files : fwd_warp_files;
         wg = wp.wg;
         g[0] = 32 * (size_t)pb->T * (size_t)((pb->G + 15) / 16);

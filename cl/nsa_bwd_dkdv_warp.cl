@@ -121,7 +121,7 @@ inline ds_place ds_row(dkdv_tile kt, int rr, __global const int *lst, int b, int
     x.at = (((b * T + tok) * H + h) * S + dkdv_row_slot(kt, rr, lst)) * G * (KSP / 16);
 #else
     x.lim = dsc_keys(tok);
-    x.at = (int)(dsc_region(b, h, H, T, tok) / 16);
+    x.at = (int)(dsc_region(b, h, H, T, tok) * G / 16);
 #endif
     if (!DS_BY_KEY) x.at += dkdv_row_head(rr) * (x.lim / 16);
     return x;

@@ -300,7 +300,7 @@ __kernel __attribute__((reqd_work_group_size(NW * WARP, 1, 1))) void nsa_bwd_dq(
         const int row0 = cmp_row0(cmp_off, sq), nvis = cmp_visible(tl, live, nc_rows, row0);
 #if DSC_KEEP /* no VARLEN: t is tl */
         const int keys = dsc_keys(t);
-        __global const store_t *p = dsc + dsc0 + dsc_region(b, h, get_num_groups(1), T, t) + (DS_BY_KEY ? g0 : g0 * keys);
+        __global const store_t *p = dsc + dsc0 + dsc_region(b, h, get_num_groups(1), T, t) * G + (DS_BY_KEY ? g0 : g0 * keys);
         dq_cmp_kept(dq, p, keys, ng, nvis, kc + at4(kc_off, kc_st, b, row0, h, 0), kc_st.y, kt, ws);
 #else
         ROWS(lse_cmp, at4(lc_off, lc_st, b, t, hq0, 0), lc_st.z, d_cmp, at4(xc_off, xc_st, b, t, hq0, 0), xc_st.z, g_cmp,

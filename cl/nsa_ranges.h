@@ -123,10 +123,10 @@ inline long dsc_keys_before(int tl)
     return 16 * (m + e * q * (q - 1) / 2 + q * r);
 }
 
-/* The element where token t's region starts (its first key, head 0). */
+/* Where token t's region starts, in keys (of G elements) from the first. */
 inline long dsc_region(int b, int h, int H, int T, int t)
 {
-    return ((long)(b * H + h) * dsc_keys_before(T) + dsc_keys_before(t)) * G;
+    return (long)(b * H + h) * dsc_keys_before(T) + dsc_keys_before(t);
 }
 
 inline int slc_slots(__global const int *bcnt, idx_t cnt_at, bool live)

@@ -582,7 +582,8 @@ static int tune_family_run(const cli_env *env, const tune_opts *o, int family, d
 {
     const tune_family *f = &tune_families[family];
     const bool bwd = family == TF_NSA_BWD_PRE || family == TF_NSA_BWD_DQ || family == TF_NSA_DKDV || family == TF_BS_BWD ||
-                     family == TF_NSA_DQ_WARP || family == TF_NSA_DKDV_WARP || family == TF_BS_BWD_WARP;
+                     family == TF_NSA_DQ_WARP || family == TF_NSA_DQ_RECOMPUTE_WARP || family == TF_NSA_DKDV_WARP ||
+                     family == TF_BS_BWD_WARP;
     const bool given_idx = family == TF_NSA_FWD || family == TF_NSA_FWD_WARP, bs = family_is_bs(family);
     /* The warp families run only on their path, and in f16 / bf16: they are
      * checked in the timed dtype, within its rounding of the safe default. */
@@ -620,6 +621,8 @@ static int tune_family_run(const cli_env *env, const tune_opts *o, int family, d
         setup_free(&check);
         return -1;
     }
+    if (family == TF_NSA_DQ_RECOMPUTE_WARP) /* dq recomputes the compressed branch's dS */
+        check.cfg.keep_ds = timing.cfg.keep_ds = CLNSA_KEEP_DS_SELECTED;
     if (grow_workspace(env, &check, family, fr->c, fr->n) || grow_workspace(env, &timing, family, fr->c, fr->n)) {
         setup_free(&check);
         setup_free(&timing);
@@ -751,8 +754,9 @@ static js_value entry_json(const cli_env *env, const tune_opts *o, const family_
 
 static const char *const family_names = "nsa_fwd, nsa_bwd_pre, nsa_bwd_dq, nsa_topk, nsa_bwd_dkdv (nsa: these five), "
                                         "blocksparse_fwd, blocksparse_bwd (blocksparse: both), nsa_fwd_warp, "
-                                        "nsa_topk_warp, nsa_bwd_dq_warp, nsa_bwd_dkdv_warp (warp: these four, the "
-                                        "tensor-core path, where the device runs it for --dtype); all: every one";
+                                        "nsa_topk_warp, nsa_bwd_dq_warp, nsa_bwd_dq_recompute_warp, nsa_bwd_dkdv_warp, "
+                                        "blocksparse_fwd_warp, blocksparse_bwd_warp (warp: these six, the tensor-core "
+                                        "path, where the device runs it for --dtype); all: every one";
 
 static void usage(FILE *f, const cli_opt *opts, size_t n)
 {

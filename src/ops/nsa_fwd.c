@@ -120,7 +120,10 @@ clnsa_status nsa_plan_query_kernel(clnsa_context *ctx, op_plan *p, const nsa_pro
 {
     const tune_problem tpb = nsa_tune_problem(pb);
     const bool warp = pb->warp != WARP_OFF;
-    const int warp_family = kind == ATTN_DQ ? TF_NSA_DQ_WARP : TF_NSA_FWD_WARP;
+    /* dq: tuned apart where it recomputes the compressed branch's dS */
+    const int warp_family = kind != ATTN_DQ                  ? TF_NSA_FWD_WARP
+                            : pb->has_cmp && !pb->dsc_keep ? TF_NSA_DQ_RECOMPUTE_WARP
+                                                           : TF_NSA_DQ_WARP;
     char defines[2048];
     nsa_branch_defines(pb, in, defines, sizeof defines);
     size_t g[3] = {0, (size_t)pb->H, (size_t)pb->B}, wg;

@@ -314,6 +314,10 @@ const tune_family tune_families[TF_COUNT] = {
                           0, {{0}}, 2, {{SHRINK_HALVE, 2, 0, 8}, {SHRINK_HALVE, 0, 0, 32}}, topk_warp_bytes, warp_start},
     [TF_NSA_DQ_WARP] = {"nsa_bwd_dq_warp", "nsa_bwd_dq", 2, {WARP_WG_PARAM, KC_PARAM}, 0, {{0}}, 1,
                         {{SHRINK_HALVE, 0, 0, 32}}, dq_warp_bytes, dq_warp_start},
+    /* dq's chunks are of one product with the kept dS, of three without:
+     * each way has its own best chunk (at 64k on the H200, KC 16 and 32) */
+    [TF_NSA_DQ_RECOMPUTE_WARP] = {"nsa_bwd_dq_recompute_warp", "nsa_bwd_dq", 2, {WARP_WG_PARAM, KC_PARAM}, 0, {{0}}, 1,
+                                  {{SHRINK_HALVE, 0, 0, 32}}, dq_warp_bytes, dq_warp_start},
     [TF_NSA_DKDV_WARP] = {"nsa_bwd_dkdv_warp", "nsa_bwd_dkdv", 2, {WARP_WG_PARAM, {"KC", {16, 32}, 2, false}}, 0,
                           {{0}}, 2, {{SHRINK_HALVE, 1, 0, 16}, {SHRINK_HALVE, 0, 0, 32}}, dkdv_warp_bytes,
                           dkdv_warp_start},

@@ -33,7 +33,8 @@ typedef enum {
     TF_BS_BWD,      /* blocksparse_bwd.cl: dk/dv, dq (WG, BQ, BK) */
     TF_NSA_FWD_WARP,  /* nsa_fwd_warp.cl, the forward and prologue on the tensor cores (WG, KC) */
     TF_NSA_TOPK_WARP, /* nsa_topk_warp.cl (WG, KC, JB) */
-    TF_NSA_DQ_WARP,   /* nsa_bwd_dq_warp.cl (WG, KC) */
+    TF_NSA_DQ_WARP,   /* nsa_bwd_dq_warp.cl (WG, KC), the compressed branch's dS kept */
+    TF_NSA_DQ_RECOMPUTE_WARP, /* the same, where dq recomputes the compressed branch's dS */
     TF_NSA_DKDV_WARP, /* nsa_bwd_dkdv_warp.cl (WG: 16 keys per warp) */
     TF_BS_FWD_WARP,   /* blocksparse_fwd_warp.cl (WG: 16 query rows per warp, BK) */
     TF_BS_BWD_WARP,   /* blocksparse_bwd_warp.cl: dk/dv, dq (WG: square tiles of 16 tokens per warp) */

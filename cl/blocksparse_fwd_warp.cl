@@ -115,10 +115,11 @@ __kernel __attribute__((reqd_work_group_size(NW * WARP, 1, 1))) void bs_fwd(FWD_
         const float f = lt > 0.0f ? 1.0f / lt : 0.0f, r = lt > 0.0f ? mn + log(lt) : -INFINITY;
 #endif
         const int i = qr.tok[hr];
-        if (i < 0) continue;
 #if OUT_VEC
-        store_row(o + at4(o_off, o_st, b, i, hq, 0), DV, acc, hr, f, ws);
-#else
+        store_row(o + at4(o_off, o_st, b, max(i, 0), hq, 0), DV, acc, hr, f, i >= 0, ws);
+#endif
+        if (i < 0) continue;
+#if !OUT_VEC
         store_row_strided(o, at4(o_off, o_st, b, i, hq, 0), o_st.w, DV, acc, hr, f);
 #endif
         if (lse && t == 0) lse[lse_off + (idx_t)b * lse_st.x + (idx_t)i * lse_st.y + (idx_t)hq * lse_st.z] = r;

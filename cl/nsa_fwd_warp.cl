@@ -65,11 +65,11 @@ inline void warp_branch_done(const float *m, float *l, const float *acc, __local
             lse[lse_base + r * lse_hs] = g * dot; /* the prologue's D_b */
         }
 #else
-        if (ob && r < ng) {
+        if (ob) { /* the same for the whole warp */
 #if SAVE_VEC
-            store_row(ob + ob_base + r * ob_hs, DV, acc, hr, f[hr], ws);
+            store_row(ob + ob_base + min(r, ng - 1) * ob_hs, DV, acc, hr, f[hr], r < ng, ws);
 #else
-            store_row_strided(ob, ob_base + r * ob_hs, ob_ds, DV, acc, hr, f[hr]);
+            if (r < ng) store_row_strided(ob, ob_base + r * ob_hs, ob_ds, DV, acc, hr, f[hr]);
 #endif
         }
         f[hr] *= g;
@@ -199,7 +199,7 @@ __kernel __attribute__((reqd_work_group_size(NW * WARP, 1, 1))) void nsa_fwd(
     for (int hr = 0; hr < 2; ++hr) {
         const int r = gq + 8 * hr;
 #if OUT_VEC
-        if (r < ng) store_row(o + at4(o_off, o_st, b, t, hq0 + r, 0), DV, res, hr, 1.0f, ws);
+        store_row(o + at4(o_off, o_st, b, t, hq0 + min(r, ng - 1), 0), DV, res, hr, 1.0f, r < ng, ws);
 #else
         if (r < ng) store_row_strided(o, at4(o_off, o_st, b, t, hq0 + r, 0), o_st.w, DV, res, hr, 1.0f);
 #endif

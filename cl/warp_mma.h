@@ -398,6 +398,36 @@ inline float quad_sum(float x, __local uint *ws)
     return x + shfl_xor(x, 2, ws);
 }
 
+/* Lane (lane ^ mask)'s word. */
+inline word_t word_xor(word_t w, int mask, __local uint *ws)
+{
+#if STORAGE == 0
+    return (float2)(shfl_xor(w.x, mask, ws), shfl_xor(w.y, mask, ws));
+#else
+    return as_uint(shfl_xor(as_float(w), mask, ws));
+#endif
+}
+
+/* The 4x4 transpose of words among a quad's lanes: lane t's x[k] becomes
+ * lane k's x[t]. Two butterfly stages, on bit 1 of the lane and index,
+ * then bit 0: a lane keeps the words whose index bit equals its own and
+ * trades the others with its partner. */
+inline void quad_transpose(word_t *x, __local uint *ws)
+{
+    const int t = lane_id() & 3;
+#pragma unroll
+    for (int bit = 2; bit >= 1; bit >>= 1) {
+        const bool hi = (t & bit) != 0;
+#pragma unroll
+        for (int k = 0; k < 4; ++k) {
+            if (k & bit) continue;
+            const word_t got = word_xor(hi ? x[k] : x[k | bit], bit, ws);
+            if (hi) x[k] = got;
+            else x[k | bit] = got;
+        }
+    }
+}
+
 /* Sum over the 8 lanes of a fragment column (same t). */
 inline float column_sum(float x, __local uint *ws)
 {

@@ -116,7 +116,7 @@ __kernel __attribute__((reqd_work_group_size(NW * WARP, 1, 1))) void bs_fwd(FWD_
 #endif
         const int i = qr.tok[hr];
 #if OUT_VEC
-        store_row(o + at4(o_off, o_st, b, max(i, 0), hq, 0), DV, acc, hr, f, i >= 0, ws);
+        store_row_wide(o + at4(o_off, o_st, b, max(i, 0), hq, 0), DV, acc, hr, f, i >= 0, ws);
 #endif
         if (i < 0) continue;
 #if !OUT_VEC

@@ -349,7 +349,7 @@ __kernel __attribute__((reqd_work_group_size(NW * WARP, 1, 1))) void nsa_bwd_dq(
     for (int hr = 0; hr < 2; ++hr) {
         const int r = gq + 8 * hr;
 #if OUT_VEC
-        store_row(dq_out + at4(dq_off, dq_st, b, t, hq0 + min(r, ng - 1), 0), DK, dq, hr, scale, r < ng, ws);
+        store_row_wide(dq_out + at4(dq_off, dq_st, b, t, hq0 + min(r, ng - 1), 0), DK, dq, hr, scale, r < ng, ws);
 #else
         if (r < ng) store_row_strided(dq_out, at4(dq_off, dq_st, b, t, hq0 + r, 0), dq_st.w, DK, dq, hr, scale);
 #endif

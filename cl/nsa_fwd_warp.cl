@@ -65,13 +65,18 @@ inline void warp_branch_done(const float *m, float *l, const float *acc, __local
             lse[lse_base + r * lse_hs] = g * dot; /* the prologue's D_b */
         }
 #else
-        if (ob) { /* the same for the whole warp */
-#if SAVE_VEC
-            store_row(ob + ob_base + min(r, ng - 1) * ob_hs, DV, acc, hr, f[hr], r < ng, ws);
+#if SAVE_VEC && ACC_TRANS
+        if (ob) /* the same for the whole warp */
+            store_row_wide(ob + ob_base + min(r, ng - 1) * ob_hs, DV, acc, hr, f[hr], r < ng, ws);
 #else
-            if (r < ng) store_row_strided(ob, ob_base + r * ob_hs, ob_ds, DV, acc, hr, f[hr]);
+        if (ob && r < ng) {
+#if SAVE_VEC
+            store_row(ob + ob_base + r * ob_hs, DV, acc, hr, f[hr], ws);
+#else
+            store_row_strided(ob, ob_base + r * ob_hs, ob_ds, DV, acc, hr, f[hr]);
 #endif
         }
+#endif
         f[hr] *= g;
         if (t == 0 && r < ng && lse) lse[lse_base + r * lse_hs] = lse_r[hr];
 #endif
@@ -198,8 +203,10 @@ __kernel __attribute__((reqd_work_group_size(NW * WARP, 1, 1))) void nsa_fwd(
 #pragma unroll
     for (int hr = 0; hr < 2; ++hr) {
         const int r = gq + 8 * hr;
-#if OUT_VEC
-        store_row(o + at4(o_off, o_st, b, t, hq0 + min(r, ng - 1), 0), DV, res, hr, 1.0f, r < ng, ws);
+#if OUT_VEC && ACC_TRANS
+        store_row_wide(o + at4(o_off, o_st, b, t, hq0 + min(r, ng - 1), 0), DV, res, hr, 1.0f, r < ng, ws);
+#elif OUT_VEC
+        if (r < ng) store_row(o + at4(o_off, o_st, b, t, hq0 + r, 0), DV, res, hr, 1.0f, ws);
 #else
         if (r < ng) store_row_strided(o, at4(o_off, o_st, b, t, hq0 + r, 0), o_st.w, DV, res, hr, 1.0f);
 #endif

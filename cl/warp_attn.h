@@ -297,29 +297,13 @@ inline word_t row_word(const float *c, int dim, int hr, int i, float scale, __lo
     return pack_f32x2(scale * row_value(c, dim, hr, 2 * i), scale * row_value(c, dim, hr, 2 * i + 1), ws);
 }
 
-/* Stores scale * (the lane's part of row hr) at row, in the widest pieces
- * its dim/8 words allow, where `on` (every lane calls it: the words may be
- * traded across the quad first). */
-inline void store_row(__global store_t *row, int dim, const float *c, int hr, float scale, bool on, __local uint *ws)
+/* Stores scale * (the lane's part of row hr) at row + 2t*dim/8, in the
+ * widest pieces its dim/8 words allow. */
+inline void store_row(__global store_t *row, int dim, const float *c, int hr, float scale, __local uint *ws)
 {
     const int n = dim / 8; /* words */
     __global store_t *p = row + row_col(dim, 0);
-    if (ACC_TRANS && n % 4 == 0) {
-        /* word 4j + k at column 32j + 8k + 2t: transposed among the quad,
-         * lane t holds columns 32j + 8t .. 32j + 8t + 7, one wide store
-         * (4-byte stores took a fifth of a row's 32-byte sectors each) */
-        const int t = lane_id() & 3;
-#pragma unroll
-        for (int j = 0; j < n / 4; ++j) {
-            word_t x[4];
-#pragma unroll
-            for (int k = 0; k < 4; ++k) x[k] = row_word(c, dim, hr, 4 * j + k, scale, ws);
-            quad_transpose(x, ws);
-            if (on) STORE_WORDS4((word4_t)(x[0], x[1], x[2], x[3]), 0, row + 32 * j + 8 * t);
-        }
-    } else if (!on) {
-        return;
-    } else if (ACC_TRANS) { /* word i at column 8i + 2t */
+    if (ACC_TRANS) { /* word i at column 8i + 2t */
 #pragma unroll
         for (int i = 0; i < n; ++i) STORE_WORD(row_word(c, dim, hr, i, scale, ws), p + 8 * i);
     } else if (n % 4 == 0) {
@@ -337,6 +321,33 @@ inline void store_row(__global store_t *row, int dim, const float *c, int hr, fl
         for (int i = 0; i < n; ++i) ((__global word_t *)p)[i] = row_word(c, dim, hr, i, scale, ws);
     }
 }
+
+#if ACC_TRANS
+/* store_row for the ACC_TRANS layout, where `on` (every lane calls it):
+ * word 4j + k of a lane lies at column 32j + 8k + 2t, so a 4x4 transpose of
+ * words across the quad gives lane t columns 32j + 8t .. 32j + 8t + 7, one
+ * wide store where store_row makes four of 4 bytes (on an H200 at 64k the
+ * NSA forward that runs the top-k went 25.67 -> 25.22 ms, dq 11.98 ->
+ * 11.77). A separate function: in the kernels built without ACC_TRANS a
+ * store_row taking the flag changed ptxas's registers (the selected
+ * forward given indices 168 -> 176, 15.5 -> 18.2 ms). */
+inline void store_row_wide(__global store_t *row, int dim, const float *c, int hr, float scale, bool on, __local uint *ws)
+{
+    const int n = dim / 8, t = lane_id() & 3; /* words */
+    if (n % 4) {
+        if (on) store_row(row, dim, c, hr, scale, ws);
+        return;
+    }
+#pragma unroll
+    for (int j = 0; j < n / 4; ++j) {
+        word_t x[4];
+#pragma unroll
+        for (int k = 0; k < 4; ++k) x[k] = row_word(c, dim, hr, 4 * j + k, scale, ws);
+        quad_transpose(x, ws);
+        if (on) STORE_WORDS4((word4_t)(x[0], x[1], x[2], x[3]), 0, row + 32 * j + 8 * t);
+    }
+}
+#endif
 
 /* The same values stored one by one: row element d at p[row + d*ds]. */
 inline void store_row_strided(__global store_t *p, idx_t row, idx_t ds, int dim, const float *c, int hr, float scale)

@@ -285,13 +285,15 @@ typedef struct clnsa_nsa_config {
                          largest allocation, the compressed branch's first. */
 } clnsa_nsa_config;
 
-/* config.keep_ds, in the storage dtype's elements of workspace: */
-/* B*T*HQ*block_count*round_up(block_size, 16): 8.6 GB at T = 64k, HQ = 64,
+/* The bits of config.keep_ds, each with the workspace it takes, in
+ * elements of the storage dtype. The selected branch's dS:
+ * B*T*HQ*block_count*round_up(block_size, 16), 8.6 GB at T = 64k, HQ = 64,
  * bf16; linear in T. */
 #define CLNSA_KEEP_DS_SELECTED 1
-/* About B*HQ*T^2 / (2*cmp_stride) (each token's visible compressed keys,
- * rounded up to 16): 4.4 GB at T = 64k, HQ = 64, strides of 64, bf16;
- * quadratic in T. Batches without cu_seqlens only (ignored with them). */
+/* The compressed branch's dS: about B*HQ*T^2 / (2*cmp_stride) (each
+ * token's visible compressed keys, rounded up to 16), 4.4 GB at T = 64k,
+ * HQ = 64, strides of 64, bf16; quadratic in T. Batches without
+ * cu_seqlens only (ignored with them). */
 #define CLNSA_KEEP_DS_COMPRESSED 2
 
 /* Fills the defaults, which match fla-org's parallel_nsa. */

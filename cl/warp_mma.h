@@ -358,6 +358,14 @@ inline uint ballot(int flag, __local uint *ws)
 
 #endif
 
+/* Word w through the float shuffle SHFL (shfl_idx, shfl_xor) with argument
+ * arg: two shuffles in f32, one for a pair of 16-bit elements. */
+#if STORAGE == 0
+#define WORD_SHFL(SHFL, w, arg, ws) ((float2)(SHFL((w).x, arg, ws), SHFL((w).y, arg, ws)))
+#else
+#define WORD_SHFL(SHFL, w, arg, ws) as_uint(SHFL(as_float(w), arg, ws))
+#endif
+
 /* The transpose of an 8x8 matrix of 16-bit elements (f32 in the TF32
  * mode) held one word a lane as a fragment (lane (gq, t): row gq, columns
  * 2t, 2t+1): lane (gq, t) gets the old rows 2t, 2t+1 of column gq. On
@@ -375,13 +383,7 @@ inline word_t mat8_trans(word_t w, __local uint *ws)
 inline word_t mat8_trans(word_t w, __local uint *ws)
 {
     const int gq = lane_id() >> 2, t = lane_id() & 3, src = 8 * t + (gq >> 1);
-#if STORAGE == 0
-    const word_t a = (float2)(shfl_idx(w.x, src, ws), shfl_idx(w.y, src, ws));
-    const word_t b = (float2)(shfl_idx(w.x, src + 4, ws), shfl_idx(w.y, src + 4, ws));
-#else
-    const word_t a = as_uint(shfl_idx(as_float(w), src, ws)), b = as_uint(shfl_idx(as_float(w), src + 4, ws));
-#endif
-    return pick_pair(a, b, gq & 1);
+    return pick_pair(WORD_SHFL(shfl_idx, w, src, ws), WORD_SHFL(shfl_idx, w, src + 4, ws), gq & 1);
 }
 #endif
 
@@ -398,15 +400,6 @@ inline float quad_sum(float x, __local uint *ws)
     return x + shfl_xor(x, 2, ws);
 }
 
-/* Lane (lane ^ mask)'s word. */
-inline word_t word_xor(word_t w, int mask, __local uint *ws)
-{
-#if STORAGE == 0
-    return (float2)(shfl_xor(w.x, mask, ws), shfl_xor(w.y, mask, ws));
-#else
-    return as_uint(shfl_xor(as_float(w), mask, ws));
-#endif
-}
 
 /* The 4x4 transpose of words among a quad's lanes: lane t's x[k] becomes
  * lane k's x[t]. Two butterfly stages, on bit 1 of the lane and index,
@@ -421,7 +414,7 @@ inline void quad_transpose(word_t *x, __local uint *ws)
 #pragma unroll
         for (int k = 0; k < 4; ++k) {
             if (k & bit) continue;
-            const word_t got = word_xor(hi ? x[k] : x[k | bit], bit, ws);
+            const word_t got = WORD_SHFL(shfl_xor, hi ? x[k] : x[k | bit], bit, ws);
             if (hi) x[k] = got;
             else x[k | bit] = got;
         }

@@ -203,14 +203,6 @@ __kernel __attribute__((reqd_work_group_size(NW * WARP, 1, 1))) void nsa_bwd_dkd
 #if DS_KEEP
     __local int dsat_s[3][RQ], dslim_s[3][RQ]; /* dslim_s: BRANCH 0's */
     ds += ds0;
-    /* the warp's first key in a row's region: its place in the block
-     * (sub-tile x % NSUB), or its compressed index */
-    const int kw = (int)(get_local_id(0) / WARP) * 16;
-#if BRANCH == 1
-    const int kb = (int)(get_group_id(0) / NSPLIT % NSUB) * TKK + kw;
-#else
-    const int kb = (int)(get_group_id(0) / NSPLIT) * TKK + kw;
-#endif
 #endif
     __local float lse_s[2][RQ], d_s[2][RQ], g_s[2][RQ];
     const int warp = get_local_id(0) / WARP, lane = lane_id(), gq = lane >> 2, tq = lane & 3;
@@ -223,6 +215,11 @@ __kernel __attribute__((reqd_work_group_size(NW * WARP, 1, 1))) void nsa_bwd_dkd
     const int split = get_group_id(0) % NSPLIT;
     const dkdv_tile kt = dkdv_tile_of(get_group_id(0) / NSPLIT, b, h, H, T, nrows_k, cu, nseq, cmp_off, lst_start, nblk);
     const float sl2 = scale * LOG2E;
+#if DS_KEEP
+    /* the warp's first key in a row's region: its place in the block, or
+     * its compressed index */
+    const int kb = (BRANCH == 1 ? kt.kp0 % BS : kt.key0) + (int)(get_local_id(0) / WARP) * 16;
+#endif
 
     /* this lane's two keys (fragment rows gq, gq+8 of the warp's 16) */
     int3 key[2];

@@ -400,7 +400,6 @@ inline float quad_sum(float x, __local uint *ws)
     return x + shfl_xor(x, 2, ws);
 }
 
-
 /* The 4x4 transpose of words among a quad's lanes: lane t's x[k] becomes
  * lane k's x[t]. Two butterfly stages, on bit 1 of the lane and index,
  * then bit 0: a lane keeps the words whose index bit equals its own and

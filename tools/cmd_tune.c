@@ -755,7 +755,7 @@ static js_value entry_json(const cli_env *env, const tune_opts *o, const family_
 static const char *const family_names = "nsa_fwd, nsa_bwd_pre, nsa_bwd_dq, nsa_topk, nsa_bwd_dkdv (nsa: these five), "
                                         "blocksparse_fwd, blocksparse_bwd (blocksparse: both), nsa_fwd_warp, "
                                         "nsa_topk_warp, nsa_bwd_dq_warp, nsa_bwd_dq_recompute_warp, nsa_bwd_dkdv_warp, "
-                                        "blocksparse_fwd_warp, blocksparse_bwd_warp (warp: these six, the tensor-core "
+                                        "blocksparse_fwd_warp, blocksparse_bwd_warp (warp: these seven, the tensor-core "
                                         "path, where the device runs it for --dtype); all: every one";
 
 static void usage(FILE *f, const cli_opt *opts, size_t n)

@@ -378,6 +378,16 @@ inline void warp_reset(float *m, float *l, float *acc)
  *     as zero), over `dim` output columns (lds_accumulate_trans: the same
  *     for a local tile). P is rounded to the 16-bit type for the product,
  *     as FlashAttention does. */
+/* QK_CHAINS (set by the host): each n-block of PRODUCTS sums its k-steps
+ * in that many accumulators, added at the end, so that that many mma
+ * chains run side by side, where one chain of dim/16 dependent products
+ * waits out the mma latency at every step. 2 pays in the forward (H200,
+ * 64k: 25.23 -> 24.90 ms) and the top-k (6.76 -> 6.68) at the same 168
+ * registers; where registers are short it does not (dk/dv 45.8 -> 50.5
+ * ms, dq 11.7 -> 11.9), and those keep 1. */
+#ifndef QK_CHAINS
+#define QK_CHAINS 1
+#endif
 #define DEFINE_CHUNK_PRODUCTS(SPACE, PRODUCTS, KFRAG)                                                              \
     inline void PRODUCTS(float *s, const word_t *a, SPACE const store_t *k, idx_t k_rs, int lo, int hi, int dim,    \
                          __local uint *ws)                                                                        \
@@ -388,10 +398,17 @@ inline void warp_reset(float *m, float *l, float *acc)
             const int j = 8 * nb + gq;                                                                            \
             word_t kw[32];                                                                                        \
             KFRAG(k, k_rs, clamp(j, lo, hi - 1), dim, j >= lo && j < hi, false, kw);                              \
-            s[4 * nb] = s[4 * nb + 1] = s[4 * nb + 2] = s[4 * nb + 3] = 0.0f;                                     \
+            float part[QK_CHAINS][4];                                                                             \
+            _Pragma("unroll") for (int c = 0; c < QK_CHAINS; ++c) part[c][0] = part[c][1] = part[c][2] = part[c][3] = 0.0f; \
             _Pragma("unroll") for (int kk = 0; kk < dim / 16; ++kk)                                               \
-                mma16816(s + 4 * nb, a[4 * kk], a[4 * kk + 1], a[4 * kk + 2], a[4 * kk + 3], kw[2 * kk],          \
+                mma16816(part[kk % QK_CHAINS], a[4 * kk], a[4 * kk + 1], a[4 * kk + 2], a[4 * kk + 3], kw[2 * kk], \
                          kw[2 * kk + 1], ws);                                                                     \
+            _Pragma("unroll") for (int e = 0; e < 4; ++e)                                                         \
+            {                                                                                                     \
+                float x = part[0][e];                                                                             \
+                _Pragma("unroll") for (int c = 1; c < QK_CHAINS; ++c) x += part[c][e];                            \
+                s[4 * nb + e] = x;                                                                                \
+            }                                                                                                     \
         }                                                                                                         \
     }
 

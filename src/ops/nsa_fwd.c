@@ -48,6 +48,13 @@ static void warp_defines(const nsa_problem *pb, const warp_params *wp, char *buf
            (pb->G + 15) / 16, wp->kc, pb->warp == WARP_NV ? 1 : 0);
 }
 
+/* The forward's Q K^T in two accumulation chains (warp_attn.h's
+ * QK_CHAINS); the backward's kernels keep one (registers). */
+static void qk_chains_define(char *buf, size_t size, int chains)
+{
+    append(buf, size, strlen(buf), "#define QK_CHAINS %d\n", chains);
+}
+
 /* Whether the forward's warp kernel runs the top-k itself (FUSED_TOPK in
  * nsa_fwd_warp.cl): the compressed branch is on (its log-sum-exp is the
  * top-k's first pass), one head tile (G <= 16), a list in registers
@@ -87,6 +94,7 @@ static clnsa_status plan_topk(clnsa_context *ctx, op_plan *p, const nsa_problem 
     if (warp) {
         warp_defines(pb, &wp, defines, sizeof defines);
         append(defines, sizeof defines, strlen(defines), "#define JB %d\n#define PC_MAX %lld\n", wp.jb, (long long)wp.pc_max);
+        qk_chains_define(defines, sizeof defines, 2);
     } else {
         append(defines, sizeof defines, strlen(defines), "#define WG %zu\n#define GT %d\n#define TK %d\n#define JB %d\n#define PC_MAX %lld\n",
                tp.wg, tp.gt, tp.tk, tp.jb, (long long)tp.pc_max);
@@ -136,6 +144,7 @@ clnsa_status nsa_plan_query_kernel(clnsa_context *ctx, op_plan *p, const nsa_pro
         warp_defines(pb, &wp, defines, sizeof defines);
         append(defines, sizeof defines, strlen(defines), "#define BWD_PRE %d\n#define OUT_VEC %d\n#define SAVE_VEC %d\n",
                kind == ATTN_BWD_PRE, stored && tensor_rows_aligned(stored), saves_aligned);
+        qk_chains_define(defines, sizeof defines, kind == ATTN_FWD ? 2 : 1);
         const bool fused = kind == ATTN_FWD && pb->fused_topk;
         if (fused)
             append(defines, sizeof defines, strlen(defines), "#define FUSED_TOPK 1\n#define JB %d\n#define PC_MAX %lld\n",

@@ -381,10 +381,11 @@ inline void warp_reset(float *m, float *l, float *acc)
 /* QK_CHAINS (set by the host): each n-block of PRODUCTS sums its k-steps
  * in that many accumulators, added at the end, so that that many mma
  * chains run side by side, where one chain of dim/16 dependent products
- * waits out the mma latency at every step. 2 pays in the forward (H200,
- * 64k: 25.23 -> 24.90 ms) and the top-k (6.76 -> 6.68) at the same 168
- * registers; where registers are short it does not (dk/dv 45.8 -> 50.5
- * ms, dq 11.7 -> 11.9), and those keep 1. */
+ * waits out the mma latency at every step. 2 pays in the NSA forward
+ * (H200, 64k: 25.23 -> 24.90 ms) and top-k (6.76 -> 6.68) at the same 168
+ * registers, and in the block-sparse kernels (src/ops/blocksparse_args.c);
+ * the NSA backward's, short of registers, keep 1 (dk/dv 45.8 -> 50.5 ms,
+ * dq 11.7 -> 11.9 with 2). */
 #ifndef QK_CHAINS
 #define QK_CHAINS 1
 #endif

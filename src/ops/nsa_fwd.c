@@ -40,19 +40,14 @@ void nsa_branch_defines(const nsa_problem *pb, const clnsa_nsa_inputs *in, char 
            c->local_blocks);
 }
 
-/* The warp kernels' defines: warps per group, head tiles, key chunk and
- * how their matrix operations run. */
-static void warp_defines(const nsa_problem *pb, const warp_params *wp, char *buf, size_t size)
+/* The warp kernels' defines: warps per group, head tiles, key chunk, how
+ * their matrix operations run, and the Q K^T accumulation chains
+ * (warp_attn.h's QK_CHAINS: 2 for the forward and the top-k, 1 where
+ * registers are short). */
+static void warp_defines(const nsa_problem *pb, const warp_params *wp, int qk_chains, char *buf, size_t size)
 {
-    append(buf, size, strlen(buf), "#define NW %zu\n#define NGT %d\n#define KC %d\n#define MMA_NV %d\n", wp->wg / 32,
-           (pb->G + 15) / 16, wp->kc, pb->warp == WARP_NV ? 1 : 0);
-}
-
-/* The forward's Q K^T in two accumulation chains (warp_attn.h's
- * QK_CHAINS); the backward's kernels keep one (registers). */
-static void qk_chains_define(char *buf, size_t size, int chains)
-{
-    append(buf, size, strlen(buf), "#define QK_CHAINS %d\n", chains);
+    append(buf, size, strlen(buf), "#define NW %zu\n#define NGT %d\n#define KC %d\n#define MMA_NV %d\n#define QK_CHAINS %d\n",
+           wp->wg / 32, (pb->G + 15) / 16, wp->kc, pb->warp == WARP_NV ? 1 : 0, qk_chains);
 }
 
 /* Whether the forward's warp kernel runs the top-k itself (FUSED_TOPK in
@@ -92,9 +87,8 @@ static clnsa_status plan_topk(clnsa_context *ctx, op_plan *p, const nsa_problem 
         return cx_fail(ctx, CLNSA_ERROR_UNSUPPORTED_DEVICE, "device: top-k needs more local memory than the %llu bytes it has",
                        (unsigned long long)ctx->info.local_mem_size);
     if (warp) {
-        warp_defines(pb, &wp, defines, sizeof defines);
+        warp_defines(pb, &wp, 2, defines, sizeof defines);
         append(defines, sizeof defines, strlen(defines), "#define JB %d\n#define PC_MAX %lld\n", wp.jb, (long long)wp.pc_max);
-        qk_chains_define(defines, sizeof defines, 2);
     } else {
         append(defines, sizeof defines, strlen(defines), "#define WG %zu\n#define GT %d\n#define TK %d\n#define JB %d\n#define PC_MAX %lld\n",
                tp.wg, tp.gt, tp.tk, tp.jb, (long long)tp.pc_max);
@@ -141,10 +135,9 @@ clnsa_status nsa_plan_query_kernel(clnsa_context *ctx, op_plan *p, const nsa_pro
         return cx_fail(ctx, CLNSA_ERROR_UNSUPPORTED_DEVICE, "device: %s needs more local memory than the %llu bytes it has", name,
                        (unsigned long long)ctx->info.local_mem_size);
     if (warp) { /* one warp per token and head tile */
-        warp_defines(pb, &wp, defines, sizeof defines);
+        warp_defines(pb, &wp, kind == ATTN_FWD ? 2 : 1, defines, sizeof defines);
         append(defines, sizeof defines, strlen(defines), "#define BWD_PRE %d\n#define OUT_VEC %d\n#define SAVE_VEC %d\n",
                kind == ATTN_BWD_PRE, stored && tensor_rows_aligned(stored), saves_aligned);
-        qk_chains_define(defines, sizeof defines, kind == ATTN_FWD ? 2 : 1);
         const bool fused = kind == ATTN_FWD && pb->fused_topk;
         if (fused)
             append(defines, sizeof defines, strlen(defines), "#define FUSED_TOPK 1\n#define JB %d\n#define PC_MAX %lld\n",

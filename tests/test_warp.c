@@ -17,6 +17,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <cmocka.h>
 
@@ -235,12 +236,52 @@ static void test_keep_ds_workspace(void **state)
     nsa_run_free(&r);
 }
 
+/* The forward that runs the top-k takes its chunk and work-group from a
+ * family of its own (nsa_fwd_fused_warp), the forward given its selection
+ * from nsa_fwd_warp: a user file giving the two different chunks, the
+ * fused forward of "warp tiny" is built with its family's and is right. */
+static void test_fused_family(void **state)
+{
+    (void)state;
+    char path[64];
+    snprintf(path, sizeof path, "/tmp/clnsa_fused_%d.json", (int)getpid());
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    fputs("{\"clnsa_tuning\": 1, \"entries\": [\n"
+          " {\"family\": \"nsa_fwd_fused_warp\", \"params\": {\"WG\": 32, \"KC\": 16}},\n"
+          " {\"family\": \"nsa_fwd_warp\", \"params\": {\"WG\": 32, \"KC\": 64}}\n]}\n",
+          f);
+    fclose(f);
+    clnsa_context_options o = test_warp_options(clnsa_context_device_info(env.ctx));
+    o.tuning_file = path;
+    test_env te = env;
+    char msg[256];
+    assert_int_equal(clnsa_context_create(env.cl, env.device, &o, &te.ctx, msg, sizeof msg), CLNSA_SUCCESS);
+    remove(path);
+
+    const nsa_case *c = &warp_cases[warp_case_count - 1]; /* warp tiny: the top-k runs */
+    nsa_run r;
+    nsa_run_setup(&te, &r, c, 4300);
+    nsa_run_forward(&te, &r);
+    nsa_check_forward(&r);
+    assert_true(r.topk_ran);
+    if (topk_fused(c)) {
+        assert_true(program_built_with(te.ctx, "#define KC 16\n", "#define FUSED_TOPK 1\n"));
+        assert_false(program_built_with(te.ctx, "#define KC 64\n", "#define FUSED_TOPK 1\n"));
+    } else { /* CLNSA_FUSED_TOPK=0: the forward given the top-k kernel's selection */
+        assert_true(program_built_with(te.ctx, "#define KC 64\n", "nsa_fwd_warp.cl"));
+    }
+    nsa_run_free(&r);
+    clnsa_context_destroy(te.ctx);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_forward),
         cmocka_unit_test(test_backward),
         cmocka_unit_test(test_keep_ds_workspace),
+        cmocka_unit_test(test_fused_family),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

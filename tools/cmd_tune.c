@@ -593,6 +593,15 @@ static int tune_family_run(const cli_env *env, const tune_opts *o, int family, d
     memset(fr, 0, sizeof *fr);
     fr->family = family;
     fr->best = -1;
+    if (family == TF_NSA_FWD_FUSED_WARP && (o->G > 16 || o->S > 32)) {
+        fprintf(stderr, "clnsa tune: %s: the forward runs the top-k itself only where G <= 16 and S <= 32 (skipped)\n",
+                f->name);
+        return 1;
+    }
+    /* Only the fused forward's family runs the top-k inside the forward; the
+     * others time the top-k as its own kernel (its JB comes from that
+     * family). Set before this family's build threads start. */
+    setenv("CLNSA_FUSED_TOPK", family == TF_NSA_FWD_FUSED_WARP ? "1" : "0", 1);
     tune_problem pb = {o->D, o->DV, o->G, o->block, cli_dtype_from_choice(o->dtype), o->S, o->block, o->block, false, false};
     if (warp) {
         const warp_mode wm = device_warp_mode(env->ctx, pb.dtype);
@@ -754,8 +763,9 @@ static js_value entry_json(const cli_env *env, const tune_opts *o, const family_
 
 static const char *const family_names = "nsa_fwd, nsa_bwd_pre, nsa_bwd_dq, nsa_topk, nsa_bwd_dkdv (nsa: these five), "
                                         "blocksparse_fwd, blocksparse_bwd (blocksparse: both), nsa_fwd_warp, "
-                                        "nsa_topk_warp, nsa_bwd_dq_warp, nsa_bwd_dq_recompute_warp, nsa_bwd_dkdv_warp, "
-                                        "blocksparse_fwd_warp, blocksparse_bwd_warp (warp: these seven, the tensor-core "
+                                        "nsa_fwd_fused_warp, nsa_topk_warp, nsa_bwd_dq_warp, nsa_bwd_dq_recompute_warp, "
+                                        "nsa_bwd_dkdv_warp, blocksparse_fwd_warp, blocksparse_bwd_warp (warp: these "
+                                        "eight, the tensor-core "
                                         "path, where the device runs it for --dtype); all: every one";
 
 static void usage(FILE *f, const cli_opt *opts, size_t n)
@@ -803,10 +813,6 @@ static int parse_families(const char *s, bool *on)
 int cmd_tune(int argc, char **argv)
 {
     if (argc > 2 && strcmp(argv[2], "--merge") == 0) return tune_merge(argc, argv);
-    /* The top-k families are timed as their own kernel: keep the forward from
-     * running the top-k itself (its JB still comes from that family). Set
-     * before any build thread starts. */
-    setenv("CLNSA_FUSED_TOPK", "0", 1);
     tune_opts o = {128, 0, 16, 4, 64, 16, 2, 4096, 512, 24, 1, 5, 1024, -1, 0, NULL, NULL, NULL};
     const cli_opt opts[] = {
         {"--family", OPT_STRING, &o.family, 0, 0, NULL, "F", "families to tune, comma-separated (required)"},

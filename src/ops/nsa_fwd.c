@@ -64,7 +64,7 @@ static void choose_fused_topk(clnsa_context *ctx, nsa_problem *pb)
         return;
     const tune_problem tpb = nsa_tune_problem(pb);
     warp_params fwd, topk;
-    if (tune_nsa_warp(ctx, TF_NSA_FWD_WARP, &tpb, &fwd) != CLNSA_SUCCESS ||
+    if (tune_nsa_warp(ctx, TF_NSA_FWD_FUSED_WARP, &tpb, &fwd) != CLNSA_SUCCESS ||
         tune_nsa_warp(ctx, TF_NSA_TOPK_WARP, &tpb, &topk) != CLNSA_SUCCESS)
         return;
     const size_t bytes = fwd.local_bytes + fwd.wg / 32 * sizeof(float) * (size_t)topk.pc_max;
@@ -122,8 +122,11 @@ clnsa_status nsa_plan_query_kernel(clnsa_context *ctx, op_plan *p, const nsa_pro
 {
     const tune_problem tpb = nsa_tune_problem(pb);
     const bool warp = pb->warp != WARP_OFF;
-    /* dq: tuned apart where it recomputes the compressed branch's dS */
-    const int warp_family = kind != ATTN_DQ                  ? TF_NSA_FWD_WARP
+    const bool fused = kind == ATTN_FWD && pb->fused_topk;
+    /* tuned apart: the forward that runs the top-k, and dq where it
+     * recomputes the compressed branch's dS */
+    const int warp_family = fused                          ? TF_NSA_FWD_FUSED_WARP
+                            : kind != ATTN_DQ              ? TF_NSA_FWD_WARP
                             : pb->has_cmp && !pb->dsc_keep ? TF_NSA_DQ_RECOMPUTE_WARP
                                                            : TF_NSA_DQ_WARP;
     char defines[2048];
@@ -138,7 +141,6 @@ clnsa_status nsa_plan_query_kernel(clnsa_context *ctx, op_plan *p, const nsa_pro
         warp_defines(pb, &wp, kind == ATTN_FWD ? 2 : 1, defines, sizeof defines);
         append(defines, sizeof defines, strlen(defines), "#define BWD_PRE %d\n#define OUT_VEC %d\n#define SAVE_VEC %d\n",
                kind == ATTN_BWD_PRE, stored && tensor_rows_aligned(stored), saves_aligned);
-        const bool fused = kind == ATTN_FWD && pb->fused_topk;
         if (fused)
             append(defines, sizeof defines, strlen(defines), "#define FUSED_TOPK 1\n#define JB %d\n#define PC_MAX %lld\n",
                    pb->topk_jb, (long long)pb->topk_pc_max);

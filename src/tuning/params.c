@@ -310,6 +310,14 @@ const tune_family tune_families[TF_COUNT] = {
      * halves the chunk of keys, then the warps. */
     [TF_NSA_FWD_WARP] = {"nsa_fwd_warp", "nsa_fwd", 2, {WARP_WG_PARAM, KC_PARAM}, 0, {{0}}, 1,
                          {{SHRINK_HALVE, 0, 0, 32}}, fwd_warp_bytes, warp_start},
+    /* The forward that runs the top-k holds the top-k's state beside its
+     * own: its best chunk is not the one of the forward given its selection
+     * (at 64k on the H200, KC 16: 24.9 ms, KC 32: 26.3; given the selection
+     * with the compressed branch, KC 32: 22.6, KC 16: 24.3). The top-k's
+     * scores (PC_MAX per warp) come on top of the local memory counted here
+     * (src/ops/nsa_fwd.c, choose_fused_topk). */
+    [TF_NSA_FWD_FUSED_WARP] = {"nsa_fwd_fused_warp", "nsa_fwd", 2, {WARP_WG_PARAM, KC_PARAM}, 0, {{0}}, 1,
+                               {{SHRINK_HALVE, 0, 0, 32}}, fwd_warp_bytes, warp_start},
     [TF_NSA_TOPK_WARP] = {"nsa_topk_warp", "nsa_topk", 3, {WARP_WG_PARAM, KC_PARAM, {"JB", {16, 32, 64, 128}, 4, false}},
                           0, {{0}}, 2, {{SHRINK_HALVE, 2, 0, 8}, {SHRINK_HALVE, 0, 0, 32}}, topk_warp_bytes, warp_start},
     [TF_NSA_DQ_WARP] = {"nsa_bwd_dq_warp", "nsa_bwd_dq", 2, {WARP_WG_PARAM, KC_PARAM}, 0, {{0}}, 1,

@@ -383,9 +383,9 @@ inline void warp_reset(float *m, float *l, float *acc)
  * chains run side by side, where one chain of dim/16 dependent products
  * waits out the mma latency at every step. 2 pays in the NSA forward
  * (H200, 64k: 25.23 -> 24.90 ms) and top-k (6.76 -> 6.68) at the same 168
- * registers, and in the block-sparse kernels (src/ops/blocksparse_args.c);
- * the NSA backward's, short of registers, keep 1 (dk/dv 45.8 -> 50.5 ms,
- * dq 11.7 -> 11.9 with 2). */
+ * registers, in the backward's prologue (BWD_PRE: 29.44 -> 28.93) and in
+ * the block-sparse kernels (src/ops/blocksparse_args.c); dk/dv and dq,
+ * short of registers, keep 1 (dk/dv 45.8 -> 50.5 ms, dq 11.7 -> 11.9). */
 #ifndef QK_CHAINS
 #define QK_CHAINS 1
 #endif

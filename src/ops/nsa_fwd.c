@@ -42,8 +42,8 @@ void nsa_branch_defines(const nsa_problem *pb, const clnsa_nsa_inputs *in, char 
 
 /* The warp kernels' defines: warps per group, head tiles, key chunk, how
  * their matrix operations run, and the Q K^T accumulation chains
- * (warp_attn.h's QK_CHAINS: 2 for the forward and the top-k, 1 where
- * registers are short). */
+ * (warp_attn.h's QK_CHAINS: 2 for the forward, its prologue and the top-k,
+ * 1 where registers are short). */
 static void warp_defines(const nsa_problem *pb, const warp_params *wp, int qk_chains, char *buf, size_t size)
 {
     append(buf, size, strlen(buf), "#define NW %zu\n#define NGT %d\n#define KC %d\n#define MMA_NV %d\n#define QK_CHAINS %d\n",
@@ -138,7 +138,7 @@ clnsa_status nsa_plan_query_kernel(clnsa_context *ctx, op_plan *p, const nsa_pro
         return cx_fail(ctx, CLNSA_ERROR_UNSUPPORTED_DEVICE, "device: %s needs more local memory than the %llu bytes it has", name,
                        (unsigned long long)ctx->info.local_mem_size);
     if (warp) { /* one warp per token and head tile */
-        warp_defines(pb, &wp, kind == ATTN_FWD ? 2 : 1, defines, sizeof defines);
+        warp_defines(pb, &wp, kind == ATTN_DQ ? 1 : 2, defines, sizeof defines);
         append(defines, sizeof defines, strlen(defines), "#define BWD_PRE %d\n#define OUT_VEC %d\n#define SAVE_VEC %d\n",
                kind == ATTN_BWD_PRE, stored && tensor_rows_aligned(stored), saves_aligned);
         if (fused)

@@ -159,14 +159,18 @@ static clnsa_status gemm_scratch(clnsa_context *ctx, cl_command_queue queue, con
 }
 
 /* The warp path's compressed dk/dv pass has one work-group per 16*NW keys
- * (a few dozen): its rows are split so that there are about 8 groups per
- * compute unit (nominal tiles of 64 keys), up to 32 splits. */
+ * (a few dozen): its rows are split so that there are about 16 groups per
+ * compute unit (nominal tiles of 64 keys), up to 64 splits. The groups'
+ * rows differ (causal), so finer splits even them out: at 64k on the H200
+ * (anchor configuration) dk/dv took 51.2 ms at 4 groups per unit, 45.9-46.2
+ * at 8, 45.65-45.73 at 16 and 45.63 at 32 (bench/RESULTS.md), each split
+ * adding its slices of dk and dv to the workspace (4 MiB a split there). */
 static int cmp_splits(const clnsa_context *ctx, const nsa_problem *pb)
 {
     if (pb->warp == WARP_OFF || !pb->has_cmp) return 1;
     const int64_t tiles = ((int64_t)pb->nc_rows + 63) / 64 * pb->H * pb->B;
-    const int64_t want = ((int64_t)ctx->info.compute_units * 8 + tiles - 1) / (tiles ? tiles : 1);
-    return (int)(want < 1 ? 1 : want > 32 ? 32 : want);
+    const int64_t want = ((int64_t)ctx->info.compute_units * 16 + tiles - 1) / (tiles ? tiles : 1);
+    return (int)(want < 1 ? 1 : want > 64 ? 64 : want);
 }
 
 /* The kept dS regions (DS_KEEP, DSC_KEEP) go last, from cur, so that

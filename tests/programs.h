@@ -19,13 +19,14 @@ static inline bool program_built(clnsa_context *ctx, const char *file)
     return found;
 }
 
-/* Did it build a program whose key (files and defines) holds both a and b? */
-static inline bool program_built_with(clnsa_context *ctx, const char *a, const char *b)
+/* Did it build a program whose key (files and defines) holds all of a, b
+ * and c (c may be NULL)? */
+static inline bool program_built_with(clnsa_context *ctx, const char *a, const char *b, const char *c)
 {
     bool found = false;
     pthread_mutex_lock(&ctx->lock);
     for (const program_entry *e = ctx->programs; e; e = e->next)
-        found = found || (e->key && strstr(e->key, a) && strstr(e->key, b));
+        found = found || (e->key && strstr(e->key, a) && strstr(e->key, b) && (!c || strstr(e->key, c)));
     pthread_mutex_unlock(&ctx->lock);
     return found;
 }

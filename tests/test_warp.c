@@ -236,19 +236,37 @@ static void test_keep_ds_workspace(void **state)
     nsa_run_free(&r);
 }
 
-/* The forward that runs the top-k takes its chunk and work-group from a
- * family of its own (nsa_fwd_fused_warp), the forward given its selection
- * from nsa_fwd_warp: a user file giving the two different chunks, the
- * fused forward of "warp tiny" is built with its family's and is right. */
-static void test_fused_family(void **state)
+/* The forward of the case named `name` on te, with fresh inputs, checked
+ * against the reference. */
+static void forward_checked(test_env *te, const char *name, uint64_t seed)
+{
+    for (size_t i = 0; i < warp_case_count; ++i)
+        if (strcmp(warp_cases[i].name, name) == 0) {
+            nsa_run r;
+            nsa_run_setup(te, &r, &warp_cases[i], seed);
+            nsa_run_forward(te, &r);
+            nsa_check_forward(&r);
+            nsa_run_free(&r);
+            return;
+        }
+    fail_msg("no case %s", name);
+}
+
+/* The forward's three uses take their chunk and work-group from families of
+ * their own: the one that runs the top-k (nsa_fwd_fused_warp), the one given
+ * its selection with the compressed branch (nsa_fwd_cmp_warp) and without it
+ * (nsa_fwd_warp). A user file gives the three different chunks; each
+ * forward is built with its own family's and is right. */
+static void test_forward_families(void **state)
 {
     (void)state;
     char path[64];
-    snprintf(path, sizeof path, "/tmp/clnsa_fused_%d.json", (int)getpid());
+    snprintf(path, sizeof path, "/tmp/clnsa_families_%d.json", (int)getpid());
     FILE *f = fopen(path, "w");
     assert_non_null(f);
     fputs("{\"clnsa_tuning\": 1, \"entries\": [\n"
           " {\"family\": \"nsa_fwd_fused_warp\", \"params\": {\"WG\": 32, \"KC\": 16}},\n"
+          " {\"family\": \"nsa_fwd_cmp_warp\", \"params\": {\"WG\": 32, \"KC\": 32}},\n"
           " {\"family\": \"nsa_fwd_warp\", \"params\": {\"WG\": 32, \"KC\": 64}}\n]}\n",
           f);
     fclose(f);
@@ -259,19 +277,25 @@ static void test_fused_family(void **state)
     assert_int_equal(clnsa_context_create(env.cl, env.device, &o, &te.ctx, msg, sizeof msg), CLNSA_SUCCESS);
     remove(path);
 
-    const nsa_case *c = &warp_cases[warp_case_count - 1]; /* warp tiny: the top-k runs */
-    nsa_run r;
-    nsa_run_setup(&te, &r, c, 4300);
-    nsa_run_forward(&te, &r);
-    nsa_check_forward(&r);
-    assert_true(r.topk_ran);
-    if (topk_fused(c)) {
-        assert_true(program_built_with(te.ctx, "#define KC 16\n", "#define FUSED_TOPK 1\n"));
-        assert_false(program_built_with(te.ctx, "#define KC 64\n", "#define FUSED_TOPK 1\n"));
-    } else { /* CLNSA_FUSED_TOPK=0: the forward given the top-k kernel's selection */
-        assert_true(program_built_with(te.ctx, "#define KC 64\n", "nsa_fwd_warp.cl"));
-    }
-    nsa_run_free(&r);
+    /* warp tiny: the top-k runs, fused unless CLNSA_FUSED_TOPK=0 says otherwise */
+    forward_checked(&te, "warp tiny", 4300);
+    if (topk_fused(&warp_cases[warp_case_count - 1]))
+        assert_true(program_built_with(te.ctx, "#define KC 16\n", "#define FUSED_TOPK 1\n", NULL));
+    assert_false(program_built_with(te.ctx, "#define KC 32\n", "#define FUSED_TOPK 1\n", NULL));
+    assert_false(program_built_with(te.ctx, "#define KC 64\n", "#define FUSED_TOPK 1\n", NULL));
+    /* ... and given the top-k kernel's selection */
+    const char *was = getenv("CLNSA_FUSED_TOPK");
+    char saved[16];
+    snprintf(saved, sizeof saved, "%s", was ? was : "");
+    assert_int_equal(setenv("CLNSA_FUSED_TOPK", "0", 1), 0);
+    forward_checked(&te, "warp tiny", 4301);
+    if (was) setenv("CLNSA_FUSED_TOPK", saved, 1);
+    else unsetenv("CLNSA_FUSED_TOPK");
+    assert_true(program_built_with(te.ctx, "nsa_fwd_warp.cl", "#define KC 32\n", "#define HAS_CMP 1\n"));
+    /* given indices, no compressed branch */
+    forward_checked(&te, "warp DK=48 DV=16 given indices and counts", 4302);
+    assert_true(program_built_with(te.ctx, "nsa_fwd_warp.cl", "#define KC 64\n", "#define HAS_CMP 0\n"));
+    assert_false(program_built_with(te.ctx, "nsa_fwd_warp.cl", "#define KC 64\n", "#define HAS_CMP 1\n"));
     clnsa_context_destroy(te.ctx);
 }
 
@@ -281,7 +305,7 @@ int main(void)
         cmocka_unit_test(test_forward),
         cmocka_unit_test(test_backward),
         cmocka_unit_test(test_keep_ds_workspace),
-        cmocka_unit_test(test_fused_family),
+        cmocka_unit_test(test_forward_families),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

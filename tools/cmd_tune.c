@@ -81,11 +81,11 @@ static int setup_workspace(const cli_env *env, op_setup *s)
 }
 
 /* Inputs of the NSA at T tokens in dtype dt: all three branches (the
- * window only when --window > 0); given random causal block indices when
- * given_idx (so that top-k does not run); for the backward, the forward's
- * saved tensors are computed once here. */
+ * window only when --window > 0; no compressed branch when no_cmp); given
+ * random causal block indices when given_idx (so that top-k does not run);
+ * for the backward, the forward's saved tensors are computed once here. */
 static int setup_make(const cli_env *env, op_setup *s, const tune_opts *o, int T, clnsa_dtype dt, bool bwd,
-                      bool given_idx)
+                      bool given_idx, bool no_cmp)
 {
     memset(s, 0, sizeof *s);
     uint64_t seed = 0x5eed0000u + (uint64_t)o->seed;
@@ -139,6 +139,11 @@ static int setup_make(const cli_env *env, op_setup *s, const tune_opts *o, int T
     out->o = cli_t4(s->o, dt, 1, T, s->HQ, s->DV);
     clnsa_tensor *lses[3] = {&out->lse_cmp, &out->lse_slc, &out->lse_swa};
     for (int i = 0; i < ngate; ++i) *lses[i] = cli_t3(s->lse[i], CLNSA_DTYPE_F32, 1, T, s->HQ);
+    if (no_cmp) { /* the branch is off where its gate is absent; its lse is left out of the checks */
+        in->g_cmp = out->lse_cmp = (clnsa_tensor){0};
+        clReleaseMemObject(s->lse[0]);
+        s->lse[0] = NULL;
+    }
     out->block_indices = cli_t4(s->bi, CLNSA_DTYPE_I32, 1, T, s->H, s->S);
     if (bwd) {
         s->dout_t = cli_t4(s->dout, dt, 1, T, s->HQ, s->DV);
@@ -584,7 +589,8 @@ static int tune_family_run(const cli_env *env, const tune_opts *o, int family, d
     const bool bwd = family == TF_NSA_BWD_PRE || family == TF_NSA_BWD_DQ || family == TF_NSA_DKDV || family == TF_BS_BWD ||
                      family == TF_NSA_DQ_WARP || family == TF_NSA_DQ_RECOMPUTE_WARP || family == TF_NSA_DKDV_WARP ||
                      family == TF_BS_BWD_WARP;
-    const bool given_idx = family == TF_NSA_FWD || family == TF_NSA_FWD_WARP, bs = family_is_bs(family);
+    const bool given_idx = family == TF_NSA_FWD || family == TF_NSA_FWD_WARP || family == TF_NSA_FWD_CMP_WARP;
+    const bool bs = family_is_bs(family), no_cmp = family == TF_NSA_FWD_WARP;
     /* The warp families run only on their path, and in f16 / bf16: they are
      * checked in the timed dtype, within its rounding of the safe default. */
     const bool warp = family_is_warp(family);
@@ -624,9 +630,9 @@ static int tune_family_run(const cli_env *env, const tune_opts *o, int family, d
     if (!fr->c) return -1;
     op_setup check, timing;
     const int vt = o->verify_T < o->T ? o->verify_T : o->T;
-    if (bs ? bs_setup_make(env, &check, o, vt, check_dt, bwd) : setup_make(env, &check, o, vt, check_dt, bwd, given_idx))
+    if (bs ? bs_setup_make(env, &check, o, vt, check_dt, bwd) : setup_make(env, &check, o, vt, check_dt, bwd, given_idx, no_cmp))
         return -1;
-    if (bs ? bs_setup_make(env, &timing, o, o->T, pb.dtype, bwd) : setup_make(env, &timing, o, o->T, pb.dtype, bwd, given_idx)) {
+    if (bs ? bs_setup_make(env, &timing, o, o->T, pb.dtype, bwd) : setup_make(env, &timing, o, o->T, pb.dtype, bwd, given_idx, no_cmp)) {
         setup_free(&check);
         return -1;
     }
@@ -763,9 +769,9 @@ static js_value entry_json(const cli_env *env, const tune_opts *o, const family_
 
 static const char *const family_names = "nsa_fwd, nsa_bwd_pre, nsa_bwd_dq, nsa_topk, nsa_bwd_dkdv (nsa: these five), "
                                         "blocksparse_fwd, blocksparse_bwd (blocksparse: both), nsa_fwd_warp, "
-                                        "nsa_fwd_fused_warp, nsa_topk_warp, nsa_bwd_dq_warp, nsa_bwd_dq_recompute_warp, "
-                                        "nsa_bwd_dkdv_warp, blocksparse_fwd_warp, blocksparse_bwd_warp (warp: these "
-                                        "eight, the tensor-core "
+                                        "nsa_fwd_cmp_warp, nsa_fwd_fused_warp, nsa_topk_warp, nsa_bwd_dq_warp, "
+                                        "nsa_bwd_dq_recompute_warp, nsa_bwd_dkdv_warp, blocksparse_fwd_warp, "
+                                        "blocksparse_bwd_warp (warp: these nine, the tensor-core "
                                         "path, where the device runs it for --dtype); all: every one";
 
 static void usage(FILE *f, const cli_opt *opts, size_t n)

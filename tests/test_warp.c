@@ -252,11 +252,12 @@ static void forward_checked(test_env *te, const char *name, uint64_t seed)
     fail_msg("no case %s", name);
 }
 
-/* The forward's three uses take their chunk and work-group from families of
- * their own: the one that runs the top-k (nsa_fwd_fused_warp), the one given
- * its selection with the compressed branch (nsa_fwd_cmp_warp) and without it
- * (nsa_fwd_warp). A user file gives the three different chunks; each
- * forward is built with its own family's and is right. */
+/* The forward kernel's uses take their chunk and work-group from families
+ * of their own: the forward that runs the top-k (nsa_fwd_fused_warp), the
+ * forward and the backward's prologue given their selection with the
+ * compressed branch (nsa_fwd_cmp_warp) and without it (nsa_fwd_warp). A
+ * user file gives the three different chunks; each kernel is built with its
+ * own family's and is right. */
 static void test_forward_families(void **state)
 {
     (void)state;
@@ -296,6 +297,21 @@ static void test_forward_families(void **state)
     forward_checked(&te, "warp DK=48 DV=16 given indices and counts", 4302);
     assert_true(program_built_with(te.ctx, "nsa_fwd_warp.cl", "#define KC 64\n", "#define HAS_CMP 0\n"));
     assert_false(program_built_with(te.ctx, "nsa_fwd_warp.cl", "#define KC 64\n", "#define HAS_CMP 1\n"));
+    /* the backward's prologue (no saved branch outputs) with the compressed branch */
+    const nsa_case *c = &warp_cases[warp_case_count - 1];
+    nsa_run r;
+    nsa_run_setup(&te, &r, c, 4303);
+    nsa_run_forward(&te, &r);
+    bwd_bufs b;
+    bwd_setup(&te, &b, &r, 4304);
+    if (clnsa_context_device_info(te.ctx)->vendor != CLNSA_VENDOR_MESA) { /* refused there: test_backward */
+        bwd_run_device(&te, &b, &r);
+        bwd_reference(&b, &r);
+        bwd_compare(&b, c);
+        assert_true(program_built_with(te.ctx, "#define KC 32\n", "#define BWD_PRE 1\n", NULL));
+    }
+    bwd_free(&b);
+    nsa_run_free(&r);
     clnsa_context_destroy(te.ctx);
 }
 

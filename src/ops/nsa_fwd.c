@@ -123,14 +123,14 @@ clnsa_status nsa_plan_query_kernel(clnsa_context *ctx, op_plan *p, const nsa_pro
     const tune_problem tpb = nsa_tune_problem(pb);
     const bool warp = pb->warp != WARP_OFF;
     const bool fused = kind == ATTN_FWD && pb->fused_topk;
-    /* tuned apart: the forward that runs the top-k, the one given its
-     * selection with the compressed branch, and dq where it recomputes the
-     * compressed branch's dS */
-    const int warp_family = fused                            ? TF_NSA_FWD_FUSED_WARP
-                            : kind == ATTN_FWD && pb->has_cmp ? TF_NSA_FWD_CMP_WARP
-                            : kind != ATTN_DQ                ? TF_NSA_FWD_WARP
-                            : pb->has_cmp && !pb->dsc_keep   ? TF_NSA_DQ_RECOMPUTE_WARP
-                                                             : TF_NSA_DQ_WARP;
+    /* tuned apart: the forward that runs the top-k, the forward and the
+     * prologue given their selection with the compressed branch and without
+     * it, and dq where it recomputes the compressed branch's dS */
+    const int warp_family = fused                          ? TF_NSA_FWD_FUSED_WARP
+                            : kind == ATTN_DQ              ? (pb->has_cmp && !pb->dsc_keep ? TF_NSA_DQ_RECOMPUTE_WARP
+                                                                                           : TF_NSA_DQ_WARP)
+                            : pb->has_cmp                  ? TF_NSA_FWD_CMP_WARP
+                                                           : TF_NSA_FWD_WARP;
     char defines[2048];
     nsa_branch_defines(pb, in, defines, sizeof defines);
     size_t g[3] = {0, (size_t)pb->H, (size_t)pb->B}, wg;

@@ -310,13 +310,14 @@ const tune_family tune_families[TF_COUNT] = {
      * halves the chunk of keys, then the warps. */
     [TF_NSA_FWD_WARP] = {"nsa_fwd_warp", "nsa_fwd", 2, {WARP_WG_PARAM, KC_PARAM}, 0, {{0}}, 1,
                          {{SHRINK_HALVE, 0, 0, 32}}, fwd_warp_bytes, warp_start},
-    /* The forward's three uses want different chunks (at 64k on the H200):
-     * the selected branch alone KC 16 (15.5 ms; KC 32: 16.2), with the
-     * compressed branch KC 32 (22.6; KC 16: 24.3), and the forward that
-     * runs the top-k, which holds the top-k's state beside its own, KC 16
-     * again (24.9; KC 32: 26.3). The fused one's top-k scores (PC_MAX per
-     * warp) come on top of the local memory counted here (src/ops/nsa_fwd.c,
-     * choose_fused_topk). */
+    /* The forward kernel's three uses want different chunks (at 64k on the
+     * H200): given its selection, the selected branch alone KC 16 (15.0 ms;
+     * KC 32: 15.7), with the compressed branch KC 32 (22.6; KC 16: 24.4;
+     * the backward's prologue likewise: 27.4 against 29.0); the forward
+     * that runs the top-k, which holds the top-k's state beside its own,
+     * KC 16 again (24.9; KC 32: 26.3). The fused one's top-k scores (PC_MAX
+     * per warp) come on top of the local memory counted here
+     * (src/ops/nsa_fwd.c, choose_fused_topk). */
     [TF_NSA_FWD_CMP_WARP] = {"nsa_fwd_cmp_warp", "nsa_fwd", 2, {WARP_WG_PARAM, KC_PARAM}, 0, {{0}}, 1,
                              {{SHRINK_HALVE, 0, 0, 32}}, fwd_warp_bytes, warp_start},
     [TF_NSA_FWD_FUSED_WARP] = {"nsa_fwd_fused_warp", "nsa_fwd", 2, {WARP_WG_PARAM, KC_PARAM}, 0, {{0}}, 1,

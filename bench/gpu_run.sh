@@ -92,15 +92,21 @@ if on sdpa; then
 fi
 
 if on variants; then
-    # key chunk KC and warps per group of a family (VFAMILY) through a user
-    # tuning file, register caps through build options
+    # key chunk KC and warps per group of the families in VFAMILY (default:
+    # the forward kernel's three) through a user tuning file, register caps
+    # through build options
+    families=${VFAMILY:-nsa_fwd_warp nsa_fwd_cmp_warp nsa_fwd_fused_warp}
     for kc in ${VKC:-64 32}; do
         for wg in ${VWG:-128 64}; do
             f=$R/tune_variant.json
-            printf '{"clnsa_tuning": 1, "entries": [{"vendor": "*", "architecture": "*", "device": "*", "family": "%s", "shape": {"dk": "*", "dv": "*", "g": "*", "block": "*", "dtype": "*"}, "params": {"WG": %d, "KC": %d}}]}\n' "${VFAMILY:-nsa_fwd_warp}" "$wg" "$kc" > "$f"
+            entries=""
+            for fam in $families; do
+                entries="$entries${entries:+, }{\"family\": \"$fam\", \"params\": {\"WG\": $wg, \"KC\": $kc}}"
+            done
+            printf '{"clnsa_tuning": 1, "entries": [%s]}\n' "$entries" > "$f"
             for cap in ${VCAPS:-none 128 168}; do
                 opts=""; [ "$cap" != none ] && opts="-cl-nv-maxrregcount=$cap"
-                echo "== variant ${VFAMILY:-nsa_fwd_warp} KC=$kc WG=$wg regcap=$cap"
+                echo "== variant $families KC=$kc WG=$wg regcap=$cap"
                 CLNSA_TUNING_FILE=$f CLNSA_BUILD_OPTIONS=$opts bench --T "$VT" --window 0 --methods ${VMETHODS:-slc,nsa} ${VARGS:---no-bwd} --no-dense 2>&1 | tail -1
             done
         done

@@ -9,16 +9,6 @@
 #include <stdbool.h>
 #include <string.h>
 
-/* Did the context build a program of this kernel file? */
-static inline bool program_built(clnsa_context *ctx, const char *file)
-{
-    bool found = false;
-    pthread_mutex_lock(&ctx->lock);
-    for (const program_entry *e = ctx->programs; e; e = e->next) found = found || (e->key && strstr(e->key, file));
-    pthread_mutex_unlock(&ctx->lock);
-    return found;
-}
-
 /* Did it build a program whose key (files and defines) holds all of a, b
  * and c (c may be NULL)? */
 static inline bool program_built_with(clnsa_context *ctx, const char *a, const char *b, const char *c)
@@ -30,5 +20,8 @@ static inline bool program_built_with(clnsa_context *ctx, const char *a, const c
     pthread_mutex_unlock(&ctx->lock);
     return found;
 }
+
+/* Did the context build a program of this kernel file? */
+static inline bool program_built(clnsa_context *ctx, const char *file) { return program_built_with(ctx, file, "", NULL); }
 
 #endif

@@ -29,6 +29,13 @@ typedef struct {
     bool ds_keep, dsc_keep;
 } nsa_problem;
 
+/* Whether the forward's warp kernel can run the top-k itself at this group
+ * and selection size (FUSED_TOPK: one head tile, the list in registers);
+ * the forward also needs the compressed branch on, and the local memory
+ * (src/ops/nsa_fwd.c, choose_fused_topk). `clnsa tune` skips the fused
+ * family where this says no. */
+static inline bool nsa_topk_fuses(int G, int S) { return G <= 16 && S <= 32; }
+
 /* DS_KEEP's row of a (token, head, slot): the block's keys, rounded up to
  * whole 16-key steps. */
 static inline int nsa_ds_row(const nsa_problem *pb) { return (pb->cfg.block_size + 15) / 16 * 16; }

@@ -59,7 +59,7 @@ static void warp_defines(const nsa_problem *pb, const warp_params *wp, int qk_ch
 static void choose_fused_topk(clnsa_context *ctx, nsa_problem *pb)
 {
     pb->fused_topk = false;
-    if (pb->warp == WARP_OFF || !pb->run_topk || !pb->has_cmp || pb->G > 16 || pb->S > 32 ||
+    if (pb->warp == WARP_OFF || !pb->run_topk || !pb->has_cmp || !nsa_topk_fuses(pb->G, pb->S) ||
         cx_env_int("CLNSA_FUSED_TOPK", 1) == 0)
         return;
     const tune_problem tpb = nsa_tune_problem(pb);
@@ -114,6 +114,17 @@ static clnsa_status plan_topk(clnsa_context *ctx, op_plan *p, const nsa_problem 
     return plan_args_done(ctx, &a, "nsa_topk arguments");
 }
 
+/* The tuning family of a per-query warp kernel, tuned apart by use: the
+ * forward that runs the top-k; the forward and the prologue given their
+ * selection, with the compressed branch and without it; dq, keeping the
+ * compressed branch's dS or recomputing it. */
+static int warp_family_of(const nsa_problem *pb, attn_kind kind, bool fused)
+{
+    if (fused) return TF_NSA_FWD_FUSED_WARP;
+    if (kind == ATTN_DQ) return pb->has_cmp && !pb->dsc_keep ? TF_NSA_DQ_RECOMPUTE_WARP : TF_NSA_DQ_WARP;
+    return pb->has_cmp ? TF_NSA_FWD_CMP_WARP : TF_NSA_FWD_WARP;
+}
+
 clnsa_status nsa_plan_query_kernel(clnsa_context *ctx, op_plan *p, const nsa_problem *pb, const clnsa_nsa_inputs *in,
                                    const char *const *files, const char *name, attn_kind kind, int acc_dim,
                                    const clnsa_tensor *stored, bool saves_aligned, const clnsa_tensor *kc,
@@ -123,14 +134,7 @@ clnsa_status nsa_plan_query_kernel(clnsa_context *ctx, op_plan *p, const nsa_pro
     const tune_problem tpb = nsa_tune_problem(pb);
     const bool warp = pb->warp != WARP_OFF;
     const bool fused = kind == ATTN_FWD && pb->fused_topk;
-    /* tuned apart: the forward that runs the top-k, the forward and the
-     * prologue given their selection with the compressed branch and without
-     * it, and dq where it recomputes the compressed branch's dS */
-    const int warp_family = fused                          ? TF_NSA_FWD_FUSED_WARP
-                            : kind == ATTN_DQ              ? (pb->has_cmp && !pb->dsc_keep ? TF_NSA_DQ_RECOMPUTE_WARP
-                                                                                           : TF_NSA_DQ_WARP)
-                            : pb->has_cmp                  ? TF_NSA_FWD_CMP_WARP
-                                                           : TF_NSA_FWD_WARP;
+    const int warp_family = warp_family_of(pb, kind, fused);
     char defines[2048];
     nsa_branch_defines(pb, in, defines, sizeof defines);
     size_t g[3] = {0, (size_t)pb->H, (size_t)pb->B}, wg;

@@ -281,6 +281,10 @@ static void dq_warp_start(int *v, const tune_problem *pb, const clnsa_device_inf
 #define ATTN_FAMILY(name, bytes, acc_dim)                                                          \
     {name, "nsa_fwd", 3, {WG_PARAM, GT_PARAM, TK_PARAM}, 1, {{TC_ACC_LIMIT, 1, acc_dim, 64}}, 2, \
      {{SHRINK_HALVE, 2, 0, 4}, {SHRINK_CEIL_HALVE, 1, 0, 1}}, bytes, attn_start}
+/* A warp kernel's family of work-group size and key chunk; the safe default
+ * shrinks its warps. */
+#define WARP_KC_FAMILY(name, kernel, bytes, start) \
+    {name, kernel, 2, {WARP_WG_PARAM, KC_PARAM}, 0, {{0}}, 1, {{SHRINK_HALVE, 0, 0, 32}}, bytes, start}
 
 const tune_family tune_families[TF_COUNT] = {
     [TF_NSA_FWD] = ATTN_FAMILY("nsa_fwd", fwd_bytes, 1),
@@ -308,8 +312,6 @@ const tune_family tune_families[TF_COUNT] = {
                    {"CLNSA_TUNE_BS_BWD_BQ", "CLNSA_TUNE_BS_BWD_BK"}},
     /* Warp kernels: WG is 32 times the warps per work-group; the shrink
      * halves the chunk of keys, then the warps. */
-    [TF_NSA_FWD_WARP] = {"nsa_fwd_warp", "nsa_fwd", 2, {WARP_WG_PARAM, KC_PARAM}, 0, {{0}}, 1,
-                         {{SHRINK_HALVE, 0, 0, 32}}, fwd_warp_bytes, warp_start},
     /* The forward kernel's three uses want different chunks (at 64k on the
      * H200): given its selection, the selected branch alone KC 16 (15.0 ms;
      * KC 32: 15.7), with the compressed branch KC 32 (22.6; KC 16: 24.4;
@@ -318,18 +320,15 @@ const tune_family tune_families[TF_COUNT] = {
      * KC 16 again (24.9; KC 32: 26.3). The fused one's top-k scores (PC_MAX
      * per warp) come on top of the local memory counted here
      * (src/ops/nsa_fwd.c, choose_fused_topk). */
-    [TF_NSA_FWD_CMP_WARP] = {"nsa_fwd_cmp_warp", "nsa_fwd", 2, {WARP_WG_PARAM, KC_PARAM}, 0, {{0}}, 1,
-                             {{SHRINK_HALVE, 0, 0, 32}}, fwd_warp_bytes, warp_start},
-    [TF_NSA_FWD_FUSED_WARP] = {"nsa_fwd_fused_warp", "nsa_fwd", 2, {WARP_WG_PARAM, KC_PARAM}, 0, {{0}}, 1,
-                               {{SHRINK_HALVE, 0, 0, 32}}, fwd_warp_bytes, warp_start},
+    [TF_NSA_FWD_WARP] = WARP_KC_FAMILY("nsa_fwd_warp", "nsa_fwd", fwd_warp_bytes, warp_start),
+    [TF_NSA_FWD_CMP_WARP] = WARP_KC_FAMILY("nsa_fwd_cmp_warp", "nsa_fwd", fwd_warp_bytes, warp_start),
+    [TF_NSA_FWD_FUSED_WARP] = WARP_KC_FAMILY("nsa_fwd_fused_warp", "nsa_fwd", fwd_warp_bytes, warp_start),
     [TF_NSA_TOPK_WARP] = {"nsa_topk_warp", "nsa_topk", 3, {WARP_WG_PARAM, KC_PARAM, {"JB", {16, 32, 64, 128}, 4, false}},
                           0, {{0}}, 2, {{SHRINK_HALVE, 2, 0, 8}, {SHRINK_HALVE, 0, 0, 32}}, topk_warp_bytes, warp_start},
-    [TF_NSA_DQ_WARP] = {"nsa_bwd_dq_warp", "nsa_bwd_dq", 2, {WARP_WG_PARAM, KC_PARAM}, 0, {{0}}, 1,
-                        {{SHRINK_HALVE, 0, 0, 32}}, dq_warp_bytes, dq_warp_start},
+    [TF_NSA_DQ_WARP] = WARP_KC_FAMILY("nsa_bwd_dq_warp", "nsa_bwd_dq", dq_warp_bytes, dq_warp_start),
     /* dq's chunks are of one product with the kept dS, of three without:
      * each way has its own best chunk (at 64k on the H200, KC 16 and 32) */
-    [TF_NSA_DQ_RECOMPUTE_WARP] = {"nsa_bwd_dq_recompute_warp", "nsa_bwd_dq", 2, {WARP_WG_PARAM, KC_PARAM}, 0, {{0}}, 1,
-                                  {{SHRINK_HALVE, 0, 0, 32}}, dq_warp_bytes, dq_warp_start},
+    [TF_NSA_DQ_RECOMPUTE_WARP] = WARP_KC_FAMILY("nsa_bwd_dq_recompute_warp", "nsa_bwd_dq", dq_warp_bytes, dq_warp_start),
     [TF_NSA_DKDV_WARP] = {"nsa_bwd_dkdv_warp", "nsa_bwd_dkdv", 2, {WARP_WG_PARAM, {"KC", {16, 32}, 2, false}}, 0,
                           {{0}}, 2, {{SHRINK_HALVE, 1, 0, 16}, {SHRINK_HALVE, 0, 0, 32}}, dkdv_warp_bytes,
                           dkdv_warp_start},

@@ -19,6 +19,7 @@
 #include "cli_common.h"
 #include "cmds.h"
 #include "tune_common.h"
+#include "ops/nsa.h"
 
 #include <math.h>
 #include <pthread.h>
@@ -27,303 +28,7 @@
 #include <time.h>
 #include <unistd.h>
 
-typedef struct {
-    int D, DV, G, H, block, S, dtype, T, window, budget, seed, repeat, verify_T, jobs, max_seconds;
-    const char *family, *out, *device;
-} tune_opts;
-
-/* ------------------------------------------------------------ one setup */
-
-/* The tensors of one op call at one size and dtype: the NSA, or (bs) the
- * block-sparse attention, which uses q, k, v, o, lse[0] and the gradients. */
-typedef struct {
-    bool bwd, given_idx, bs;
-    int T, HQ, H, DK, DV, S;
-    clnsa_dtype dt;
-    cl_mem q, k, v, g[3], idx, o, lse[3], bi, dout, dq, dk, dv, dg[3], ws;
-    size_t ws_bytes;
-    clnsa_nsa_config cfg;
-    clnsa_nsa_inputs in;
-    clnsa_nsa_outputs out;
-    clnsa_nsa_grads gr;
-    clnsa_tensor dout_t;
-    clnsa_blocksparse_config bcfg;
-    clnsa_blocksparse_inputs bin;
-    clnsa_blocksparse_outputs bout;
-    clnsa_blocksparse_grad_inputs bgin;
-    clnsa_blocksparse_grads bgr;
-} op_setup;
-
-static void setup_free(op_setup *s)
-{
-    cl_mem *all[] = {&s->q, &s->k, &s->v, &s->g[0], &s->g[1], &s->g[2], &s->idx, &s->o, &s->lse[0], &s->lse[1],
-                     &s->lse[2], &s->bi, &s->dout, &s->dq, &s->dk, &s->dv, &s->dg[0], &s->dg[1], &s->dg[2], &s->ws};
-    for (size_t i = 0; i < sizeof all / sizeof all[0]; ++i)
-        if (*all[i]) clReleaseMemObject(*all[i]);
-    memset(s, 0, sizeof *s);
-}
-
-static int run_plain(const cli_env *env, op_setup *s, bool bwd);
-static clnsa_status workspace_query(const cli_env *env, op_setup *s, size_t *bytes);
-
-/* The workspace at the safe default's tiles (tune_family_run grows it to the
- * candidates' largest before any of them runs); for a backward setup, the
- * forward's saved tensors. Frees the setup on failure. */
-static int setup_workspace(const cli_env *env, op_setup *s)
-{
-    clnsa_status st = workspace_query(env, s, &s->ws_bytes);
-    if (st != CLNSA_SUCCESS) cli_report(env, "workspace size", st);
-    if (st != CLNSA_SUCCESS || !(s->ws = cli_buffer(env, s->ws_bytes, NULL)) || (s->bwd && run_plain(env, s, false))) {
-        setup_free(s);
-        return -1;
-    }
-    return 0;
-}
-
-/* Inputs of the NSA at T tokens in dtype dt: all three branches (the
- * window only when --window > 0; no compressed branch when no_cmp); given
- * random causal block indices when given_idx (so that top-k does not run);
- * for the backward, the forward's saved tensors are computed once here. */
-static int setup_make(const cli_env *env, op_setup *s, const tune_opts *o, int T, clnsa_dtype dt, bool bwd,
-                      bool given_idx, bool no_cmp)
-{
-    memset(s, 0, sizeof *s);
-    uint64_t seed = 0x5eed0000u + (uint64_t)o->seed;
-    s->bwd = bwd;
-    s->given_idx = given_idx;
-    s->T = T;
-    s->H = o->H;
-    s->HQ = o->G * o->H;
-    s->DK = o->D;
-    s->DV = o->DV;
-    s->S = o->S;
-    s->dt = dt;
-    const size_t nq = (size_t)T * s->HQ, nk = (size_t)T * s->H;
-    clnsa_nsa_config_init(&s->cfg);
-    s->cfg.block_size = s->cfg.cmp_block = s->cfg.cmp_stride = o->block;
-    s->cfg.block_count = o->S;
-    s->cfg.window = o->window;
-    const int ngate = o->window > 0 ? 3 : 2;
-    bool ok = (s->q = cli_random(env, nq * s->DK, -1, 1, dt, &seed)) && (s->k = cli_random(env, nk * s->DK, -1, 1, dt, &seed)) &&
-              (s->v = cli_random(env, nk * s->DV, -1, 1, dt, &seed)) && (s->o = cli_fill(env, nq * s->DV, dt, 0)) &&
-              (s->bi = cli_buffer(env, nk * s->S * 4, NULL));
-    for (int i = 0; ok && i < ngate; ++i)
-        ok = (s->g[i] = cli_random(env, nq, 0, 1, dt, &seed)) && (s->lse[i] = cli_buffer(env, nq * 4, NULL));
-    if (ok && given_idx) {
-        int32_t *idx = cli_malloc(nk * s->S * sizeof *idx);
-        ok = idx != NULL;
-        for (size_t r = 0; ok && r < nk; ++r) {
-            const int t = (int)(r / (size_t)s->H), nb = t / o->block + 1;
-            for (int j = 0; j < s->S; ++j) idx[r * s->S + j] = j < nb ? (int)(cli_rng(&seed) % (uint64_t)nb) : -1;
-        }
-        ok = ok && (s->idx = cli_upload_i32(env, idx, nk * s->S));
-        free(idx);
-    }
-    if (ok && bwd) {
-        ok = (s->dout = cli_random(env, nq * s->DV, -1, 1, dt, &seed)) && (s->dq = cli_buffer(env, nq * s->DK * 4, NULL)) &&
-             (s->dk = cli_buffer(env, nk * s->DK * 4, NULL)) && (s->dv = cli_buffer(env, nk * s->DV * 4, NULL));
-        for (int i = 0; ok && i < ngate; ++i) ok = (s->dg[i] = cli_buffer(env, nq * 4, NULL)) != NULL;
-    }
-    if (!ok) {
-        setup_free(s);
-        return -1;
-    }
-    clnsa_nsa_inputs *in = &s->in;
-    in->q = cli_t4(s->q, dt, 1, T, s->HQ, s->DK);
-    in->k = cli_t4(s->k, dt, 1, T, s->H, s->DK);
-    in->v = cli_t4(s->v, dt, 1, T, s->H, s->DV);
-    clnsa_tensor *gates[3] = {&in->g_cmp, &in->g_slc, &in->g_swa};
-    for (int i = 0; i < ngate; ++i) *gates[i] = cli_t3(s->g[i], dt, 1, T, s->HQ);
-    if (given_idx) in->block_indices = cli_t4(s->idx, CLNSA_DTYPE_I32, 1, T, s->H, s->S);
-    clnsa_nsa_outputs *out = &s->out;
-    out->o = cli_t4(s->o, dt, 1, T, s->HQ, s->DV);
-    clnsa_tensor *lses[3] = {&out->lse_cmp, &out->lse_slc, &out->lse_swa};
-    for (int i = 0; i < ngate; ++i) *lses[i] = cli_t3(s->lse[i], CLNSA_DTYPE_F32, 1, T, s->HQ);
-    if (no_cmp) { /* the branch is off where its gate is absent; its lse is left out of the checks */
-        in->g_cmp = out->lse_cmp = (clnsa_tensor){0};
-        clReleaseMemObject(s->lse[0]);
-        s->lse[0] = NULL;
-    }
-    out->block_indices = cli_t4(s->bi, CLNSA_DTYPE_I32, 1, T, s->H, s->S);
-    if (bwd) {
-        s->dout_t = cli_t4(s->dout, dt, 1, T, s->HQ, s->DV);
-        s->gr.dq = cli_t4(s->dq, dt, 1, T, s->HQ, s->DK);
-        s->gr.dk = cli_t4(s->dk, dt, 1, T, s->H, s->DK);
-        s->gr.dv = cli_t4(s->dv, dt, 1, T, s->H, s->DV);
-        clnsa_tensor *dg[3] = {&s->gr.dg_cmp, &s->gr.dg_slc, &s->gr.dg_swa};
-        for (int i = 0; i < ngate; ++i) *dg[i] = cli_t3(s->dg[i], dt, 1, T, s->HQ);
-    }
-    return setup_workspace(env, s);
-}
-
-/* Block-sparse attention at T tokens: causal, with the --window as its left
- * window (none at 0), no block mask: the sliding-window attention of the
- * anchor's shape class. */
-static int bs_setup_make(const cli_env *env, op_setup *s, const tune_opts *o, int T, clnsa_dtype dt, bool bwd)
-{
-    uint64_t seed = 0x5eed0000u + (uint64_t)o->seed;
-    *s = (op_setup){.bwd = bwd, .bs = true, .T = T, .H = o->H, .HQ = o->G * o->H, .DK = o->D, .DV = o->DV, .dt = dt};
-    const size_t nq = (size_t)T * s->HQ, nk = (size_t)T * s->H;
-    clnsa_blocksparse_config_init(&s->bcfg);
-    s->bcfg.causal = 1;
-    s->bcfg.window_left = o->window > 0 ? o->window : -1;
-    bool ok = (s->q = cli_random(env, nq * s->DK, -1, 1, dt, &seed)) && (s->k = cli_random(env, nk * s->DK, -1, 1, dt, &seed)) &&
-              (s->v = cli_random(env, nk * s->DV, -1, 1, dt, &seed)) && (s->o = cli_fill(env, nq * s->DV, dt, 0)) &&
-              (s->lse[0] = cli_buffer(env, nq * 4, NULL));
-    if (ok && bwd)
-        ok = (s->dout = cli_random(env, nq * s->DV, -1, 1, dt, &seed)) && (s->dq = cli_buffer(env, nq * s->DK * 4, NULL)) &&
-             (s->dk = cli_buffer(env, nk * s->DK * 4, NULL)) && (s->dv = cli_buffer(env, nk * s->DV * 4, NULL));
-    if (!ok) {
-        setup_free(s);
-        return -1;
-    }
-    s->bin.q = cli_t4(s->q, dt, 1, T, s->HQ, s->DK);
-    s->bin.k = cli_t4(s->k, dt, 1, T, s->H, s->DK);
-    s->bin.v = cli_t4(s->v, dt, 1, T, s->H, s->DV);
-    s->bout.o = cli_t4(s->o, dt, 1, T, s->HQ, s->DV);
-    s->bout.lse = cli_t3(s->lse[0], CLNSA_DTYPE_F32, 1, T, s->HQ);
-    s->bgin = (clnsa_blocksparse_grad_inputs){s->bout.o, s->bout.lse, bwd ? cli_t4(s->dout, dt, 1, T, s->HQ, s->DV) : s->bout.o};
-    if (bwd) {
-        s->bgr.dq = cli_t4(s->dq, dt, 1, T, s->HQ, s->DK);
-        s->bgr.dk = cli_t4(s->dk, dt, 1, T, s->H, s->DK);
-        s->bgr.dv = cli_t4(s->dv, dt, 1, T, s->H, s->DV);
-    }
-    return setup_workspace(env, s);
-}
-
-/* One call of the op (forward, or backward); its event in *done. */
-static clnsa_status call_op(const cli_env *env, op_setup *s, bool bwd, cl_event *done)
-{
-    if (s->bs && bwd)
-        return clnsa_blocksparse_backward(env->ctx, env->queue, &s->bcfg, &s->bin, &s->bgin, &s->bgr, s->ws, s->ws_bytes, 0,
-                                          NULL, done);
-    if (s->bs)
-        return clnsa_blocksparse_forward(env->ctx, env->queue, &s->bcfg, &s->bin, &s->bout, s->ws, s->ws_bytes, 0, NULL,
-                                         done);
-    if (bwd)
-        return clnsa_nsa_backward(env->ctx, env->queue, &s->cfg, &s->in, &s->out, &s->dout_t, &s->gr, s->ws, s->ws_bytes,
-                                  0, NULL, done);
-    return clnsa_nsa_forward(env->ctx, env->queue, &s->cfg, &s->in, &s->out, s->ws, s->ws_bytes, 0, NULL, done);
-}
-
-/* The op's workspace size (the forward's and, for a backward setup, the
- * backward's) under the current thread's tuning hook. */
-static clnsa_status workspace_query(const cli_env *env, op_setup *s, size_t *bytes)
-{
-    size_t fb = 0, bb = 0;
-    clnsa_status st;
-    if (s->bs) {
-        st = clnsa_blocksparse_forward_workspace_size(env->ctx, &s->bcfg, &s->bin, &s->bout, &fb);
-        if (st == CLNSA_SUCCESS && s->bwd)
-            st = clnsa_blocksparse_backward_workspace_size(env->ctx, &s->bcfg, &s->bin, &s->bgin, &s->bgr, &bb);
-    } else {
-        st = clnsa_nsa_forward_workspace_size(env->ctx, env->queue, &s->cfg, &s->in, &s->out, &fb);
-        if (st == CLNSA_SUCCESS && s->bwd)
-            st = clnsa_nsa_backward_workspace_size(env->ctx, env->queue, &s->cfg, &s->in, &s->out, &s->dout_t, &s->gr, &bb);
-    }
-    *bytes = fb > bb ? fb : bb;
-    return st;
-}
-
-static int finish(const cli_env *env, clnsa_status st, cl_event ev, const char *what)
-{
-    if (st != CLNSA_SUCCESS) {
-        cli_report(env, what, st);
-        return -1;
-    }
-    cl_int err = ev ? clWaitForEvents(1, &ev) : CL_SUCCESS;
-    if (ev) clReleaseEvent(ev);
-    if (err != CL_SUCCESS) {
-        fprintf(stderr, "clnsa tune: %s: %s\n", what, cli_cl_error(err));
-        return -1;
-    }
-    return 0;
-}
-
-static int run_plain(const cli_env *env, op_setup *s, bool bwd)
-{
-    cl_event ev = NULL;
-    return finish(env, call_op(env, s, bwd, &ev), ev, bwd ? "backward" : "forward (saved tensors)");
-}
-
-/* ------------------------------------------------------------ outputs */
-
-typedef struct {
-    float *f[6];   /* forward: o, lse x3; backward: dq, dk, dv, dg x3 */
-    size_t n[6];
-    int32_t *bi;   /* forward when top-k ran */
-    size_t nbi;
-} op_result;
-
-static void result_free(op_result *r)
-{
-    for (int i = 0; i < 6; ++i) free(r->f[i]);
-    free(r->bi);
-    memset(r, 0, sizeof *r);
-}
-
-static int fetch(const cli_env *env, cl_mem m, size_t n, clnsa_dtype dt, float **out, size_t *nout)
-{
-    if (!m) return 0;
-    if (!(*out = cli_malloc(n * sizeof **out)) || cli_download_f32(env, m, n, dt, *out)) return -1;
-    *nout = n;
-    return 0;
-}
-
-static int result_get(const cli_env *env, const op_setup *s, op_result *r)
-{
-    memset(r, 0, sizeof *r);
-    const size_t nq = (size_t)s->T * s->HQ, nk = (size_t)s->T * s->H;
-    int rc = 0;
-    if (s->bwd) {
-        rc |= fetch(env, s->dq, nq * s->DK, s->dt, &r->f[0], &r->n[0]);
-        rc |= fetch(env, s->dk, nk * s->DK, s->dt, &r->f[1], &r->n[1]);
-        rc |= fetch(env, s->dv, nk * s->DV, s->dt, &r->f[2], &r->n[2]);
-        for (int i = 0; i < 3; ++i) rc |= fetch(env, s->dg[i], nq, s->dt, &r->f[3 + i], &r->n[3 + i]);
-    } else {
-        rc |= fetch(env, s->o, nq * s->DV, s->dt, &r->f[0], &r->n[0]);
-        for (int i = 0; i < 3; ++i) rc |= fetch(env, s->lse[i], nq, CLNSA_DTYPE_F32, &r->f[1 + i], &r->n[1 + i]);
-        if (!s->given_idx && !s->bs) {
-            r->nbi = nk * s->S;
-            rc |= !(r->bi = cli_malloc(r->nbi * sizeof *r->bi)) || cli_download_i32(env, s->bi, r->nbi, r->bi);
-        }
-    }
-    if (rc) result_free(r);
-    return rc ? -1 : 0;
-}
-
-/* Worst relative L2 error over the float outputs (0 when bitwise equal;
- * -inf entries, as in lse, must match exactly); +inf on a NaN, a -inf
- * mismatch or another set of selected blocks. */
-static double result_error(const op_result *a, const op_result *ref, int S)
-{
-    double worst = 0;
-    for (int i = 0; i < 6; ++i) {
-        if (!ref->f[i]) continue;
-        if (memcmp(a->f[i], ref->f[i], ref->n[i] * sizeof(float)) == 0) continue;
-        double num = 0, den = 0;
-        for (size_t j = 0; j < ref->n[i]; ++j) {
-            const double x = a->f[i][j], y = ref->f[i][j];
-            if (isinf(y) || isinf(x)) {
-                if (x != y) return INFINITY;
-                continue;
-            }
-            if (isnan(x) != isnan(y)) return INFINITY;
-            if (isnan(x)) continue;
-            num += (x - y) * (x - y);
-            den += y * y;
-        }
-        const double e = den > 0 ? sqrt(num / den) : sqrt(num);
-        if (e > worst) worst = e;
-    }
-    for (size_t r = 0; ref->bi && r < ref->nbi / (size_t)S; ++r)
-        for (int s = 0; s < S; ++s) {
-            bool found = false;
-            for (int u = 0; u < S && !found; ++u) found = a->bi[r * S + s] == ref->bi[r * S + u];
-            if (!found) return INFINITY;
-        }
-    return worst;
-}
+#include "tune_op.h"
 
 /* ---------------------------------------------------------- candidates */
 
@@ -406,7 +111,7 @@ static void build_one(builder *b, candidate *c)
     memcpy(h.v, c->v, sizeof h.v);
     tune_hook_set(&h);
     clnsa_status st = CLNSA_SUCCESS;
-    for (int i = 0; i < 2 && st == CLNSA_SUCCESS; ++i) st = call_op(b->env, b->setups[i], b->setups[i]->bwd, NULL);
+    for (int i = 0; i < 2 && st == CLNSA_SUCCESS; ++i) st = tune_call_op(b->env, b->setups[i], b->setups[i]->bwd, NULL);
     tune_hook_set(NULL);
     pthread_mutex_lock(&b->m);
     if (st != CLNSA_SUCCESS) {
@@ -469,9 +174,9 @@ static int run_forced(const cli_env *env, op_setup *s, int family, const int *v,
     memcpy(h.v, v, sizeof h.v);
     cl_event ev = NULL;
     tune_hook_set(&h);
-    clnsa_status st = call_op(env, s, s->bwd, &ev);
+    clnsa_status st = tune_call_op(env, s, s->bwd, &ev);
     tune_hook_set(NULL);
-    int rc = finish(env, st, ev, "run");
+    int rc = tune_finish(env, st, ev, "run");
     double total = 0;
     for (int i = 0; i < h.nevents; ++i) {
         cl_ulong t0 = 0, t1 = 0;
@@ -518,7 +223,7 @@ static int grow_workspace(const cli_env *env, op_setup *s, int family, const can
         memcpy(h.v, c[i].v, sizeof h.v);
         size_t bytes = 0;
         tune_hook_set(&h);
-        const clnsa_status st = workspace_query(env, s, &bytes);
+        const clnsa_status st = tune_workspace_query(env, s, &bytes);
         tune_hook_set(NULL);
         if (st == CLNSA_SUCCESS && bytes > need) need = bytes;
     }
@@ -599,7 +304,7 @@ static int tune_family_run(const cli_env *env, const tune_opts *o, int family, d
     memset(fr, 0, sizeof *fr);
     fr->family = family;
     fr->best = -1;
-    if (family == TF_NSA_FWD_FUSED_WARP && (o->G > 16 || o->S > 32)) {
+    if (family == TF_NSA_FWD_FUSED_WARP && !nsa_topk_fuses(o->G, o->S)) {
         fprintf(stderr, "clnsa tune: %s: the forward runs the top-k itself only where G <= 16 and S <= 32 (skipped)\n",
                 f->name);
         return 1;
@@ -630,17 +335,17 @@ static int tune_family_run(const cli_env *env, const tune_opts *o, int family, d
     if (!fr->c) return -1;
     op_setup check, timing;
     const int vt = o->verify_T < o->T ? o->verify_T : o->T;
-    if (bs ? bs_setup_make(env, &check, o, vt, check_dt, bwd) : setup_make(env, &check, o, vt, check_dt, bwd, given_idx, no_cmp))
+    if (bs ? tune_bs_setup_make(env, &check, o, vt, check_dt, bwd) : tune_setup_make(env, &check, o, vt, check_dt, bwd, given_idx, no_cmp))
         return -1;
-    if (bs ? bs_setup_make(env, &timing, o, o->T, pb.dtype, bwd) : setup_make(env, &timing, o, o->T, pb.dtype, bwd, given_idx, no_cmp)) {
-        setup_free(&check);
+    if (bs ? tune_bs_setup_make(env, &timing, o, o->T, pb.dtype, bwd) : tune_setup_make(env, &timing, o, o->T, pb.dtype, bwd, given_idx, no_cmp)) {
+        tune_setup_free(&check);
         return -1;
     }
     if (family == TF_NSA_DQ_RECOMPUTE_WARP) /* dq recomputes the compressed branch's dS */
         check.cfg.keep_ds = timing.cfg.keep_ds = CLNSA_KEEP_DS_SELECTED;
     if (grow_workspace(env, &check, family, fr->c, fr->n) || grow_workspace(env, &timing, family, fr->c, fr->n)) {
-        setup_free(&check);
-        setup_free(&timing);
+        tune_setup_free(&check);
+        tune_setup_free(&timing);
         return -1;
     }
     const double t0 = cli_now_ms();
@@ -668,10 +373,10 @@ static int tune_family_run(const cli_env *env, const tune_opts *o, int family, d
         op_result r = {0};
         if (c->state == C_BUILD_FAILED) {
             c->verdict = V_RUN_FAILED;
-        } else if (run_forced(env, &check, family, c->v, NULL) || result_get(env, &check, i ? &r : &ref)) {
+        } else if (run_forced(env, &check, family, c->v, NULL) || tune_result_get(env, &check, i ? &r : &ref)) {
             c->verdict = V_RUN_FAILED;
             snprintf(c->why, sizeof c->why, "the check run failed");
-        } else if (i > 0 && !((c->err = result_error(&r, &ref, o->S)) <= tol)) {
+        } else if (i > 0 && !((c->err = tune_result_error(&r, &ref, o->S)) <= tol)) {
             c->verdict = V_WRONG;
             snprintf(c->why, sizeof c->why, "output differs from the safe default's (rel L2 %.3g)", c->err);
         } else if (time_candidate(env, &timing, family, c->v, o->repeat, &c->ms)) {
@@ -681,7 +386,7 @@ static int tune_family_run(const cli_env *env, const tune_opts *o, int family, d
             c->verdict = V_OK;
             if (fr->best < 0 || c->ms < fr->c[fr->best].ms) fr->best = i;
         }
-        result_free(&r);
+        tune_result_free(&r);
         if (i == 0 && c->verdict != V_OK) {
             fprintf(stderr, "clnsa tune: %s: the safe default failed: %s\n", f->name, c->why);
             rc = -1;
@@ -701,9 +406,9 @@ static int tune_family_run(const cli_env *env, const tune_opts *o, int family, d
     pthread_mutex_unlock(&b.m);
     for (int i = 0; i < started; ++i) pthread_join(th[i], NULL);
     if (rc == 0 && fr->best > 0 && confirm(env, &timing, fr, o->repeat)) rc = -1;
-    result_free(&ref);
-    setup_free(&check);
-    setup_free(&timing);
+    tune_result_free(&ref);
+    tune_setup_free(&check);
+    tune_setup_free(&timing);
     fr->seconds = (cli_now_ms() - t0) * 1e-3;
     return rc == 0 && fr->best >= 0 ? 0 : -1;
 }

@@ -23,9 +23,9 @@ static test_env env;
 static char tmpdir[64];
 
 /* The shape class of the PoCL entries in tuning/pocl.json. */
-static const tune_problem tiny = {32, 32, 4, 16, CLNSA_DTYPE_F32, 4, 16, 16, false, false};
+static const tune_problem tiny = {32, 32, 4, 16, CLNSA_DTYPE_F32, 4, 16, 16, false, false, 0};
 /* A shape class no built-in entry names. */
-static const tune_problem other = {24, 16, 3, 8, CLNSA_DTYPE_F16, 3, 8, 8, false, false};
+static const tune_problem other = {24, 16, 3, 8, CLNSA_DTYPE_F16, 3, 8, 8, false, false, 0};
 
 static const char *write_file(const char *name, const char *text)
 {
@@ -193,6 +193,35 @@ static void test_database_entry_too_big(void **state)
     tune_choice c = choose(small, TF_NSA_FWD, &tiny);
     assert_true(c.source != TUNE_SRC_DEVICE);
     assert_true(tune_families[TF_NSA_FWD].local_bytes(c.v, &tiny) <= need - 4);
+    clnsa_context_destroy(small);
+}
+
+/* The forward that runs the top-k holds the top-k's scores (PC_MAX floats a
+ * warp) beside its own tiles: its family counts them, so that a candidate
+ * that fits only without them is dropped (the planner would otherwise fall
+ * back to the separate top-k, and the tuner time that). */
+static void test_fused_counts_topk_scores(void **state)
+{
+    (void)state;
+    tune_problem pb = tiny;
+    int v[TUNE_MAX_PARAMS] = {64, 16};
+    const size_t plain = tune_families[TF_NSA_FWD_WARP].local_bytes(v, &pb);
+    assert_int_equal(tune_families[TF_NSA_FWD_FUSED_WARP].local_bytes(v, &pb), plain); /* JB not known */
+    pb.fused_jb = 32;
+    const size_t pc_max = (32 * 16 + 16 - 2) / 16 + 2; /* compressed keys of 32 blocks of 16, stride 16 */
+    const size_t fused = tune_families[TF_NSA_FWD_FUSED_WARP].local_bytes(v, &pb);
+    assert_int_equal(fused, plain + 2 * sizeof(float) * pc_max); /* two warps */
+
+    char lm[32];
+    snprintf(lm, sizeof lm, "%zu", fused + 512 - 4); /* tune_fits keeps 512 bytes back */
+    assert_int_equal(setenv("CLNSA_MAX_LOCAL_MEM", lm, 1), 0);
+    clnsa_context *small = context_with(NULL, CLNSA_SUCCESS);
+    unsetenv("CLNSA_MAX_LOCAL_MEM");
+    const clnsa_device_info *info = clnsa_context_device_info(small);
+    char why[200] = "";
+    assert_true(tune_fits(info, TF_NSA_FWD_WARP, v, &pb, false, NULL, 0));
+    assert_false(tune_fits(info, TF_NSA_FWD_FUSED_WARP, v, &pb, false, why, sizeof why));
+    assert_non_null(strstr(why, "local memory"));
     clnsa_context_destroy(small);
 }
 
@@ -383,7 +412,7 @@ static void test_blocksparse_families(void **state)
 {
     (void)state;
     const clnsa_device_info *info = clnsa_context_device_info(env.ctx);
-    const tune_problem bs = {32, 32, 4, 0, CLNSA_DTYPE_F32, 0, 0, 0, false, false};
+    const tune_problem bs = {32, 32, 4, 0, CLNSA_DTYPE_F32, 0, 0, 0, false, false, 0};
     char text[1024];
     snprintf(text, sizeof text,
              "{\"clnsa_tuning\": 1, \"entries\": [\n"
@@ -476,6 +505,7 @@ int main(void)
         cmocka_unit_test(test_builtin_entries_resolve),
         cmocka_unit_test(test_lookup_order),
         cmocka_unit_test(test_database_entry_too_big),
+        cmocka_unit_test(test_fused_counts_topk_scores),
         cmocka_unit_test(test_reject_before_compiling),
         cmocka_unit_test(test_tune_run),
         cmocka_unit_test(test_blocksparse_families),

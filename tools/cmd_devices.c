@@ -91,7 +91,7 @@ int cmd_devices(int argc, char **argv)
     }
     if (rc) return rc;
     if (params) {
-        const tune_problem pb = {D, DV ? DV : D, G, block, cli_dtype_from_choice(dtype), S, block, block, false, false};
+        const tune_problem pb = {D, DV ? DV : D, G, block, cli_dtype_from_choice(dtype), S, block, block, false, false, 0};
         return tune_print_params(device, &pb) ? CLI_FAIL : CLI_OK;
     }
 

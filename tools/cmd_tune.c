@@ -313,7 +313,7 @@ static int tune_family_run(const cli_env *env, const tune_opts *o, int family, d
      * others time the top-k as its own kernel (its JB comes from that
      * family). Set before this family's build threads start. */
     setenv("CLNSA_FUSED_TOPK", family == TF_NSA_FWD_FUSED_WARP ? "1" : "0", 1);
-    tune_problem pb = {o->D, o->DV, o->G, o->block, cli_dtype_from_choice(o->dtype), o->S, o->block, o->block, false, false};
+    tune_problem pb = {o->D, o->DV, o->G, o->block, cli_dtype_from_choice(o->dtype), o->S, o->block, o->block, false, false, 0};
     if (warp) {
         const warp_mode wm = device_warp_mode(env->ctx, pb.dtype);
         if (wm == WARP_OFF) {
@@ -322,6 +322,9 @@ static int tune_family_run(const cli_env *env, const tune_opts *o, int family, d
             return 1;
         }
         pb.warp_emulated = wm == WARP_EMULATED;
+        warp_params topk; /* the fused forward's candidates are counted with the top-k's scores, as the planner counts them */
+        if (family == TF_NSA_FWD_FUSED_WARP && tune_nsa_warp(env->ctx, TF_NSA_TOPK_WARP, &pb, &topk) == CLNSA_SUCCESS)
+            pb.fused_jb = topk.jb;
     }
     if (bs) pb.block = pb.S = pb.cmp_block = pb.cmp_stride = 0; /* the class of the block-sparse kernels */
     fr->pb = pb;

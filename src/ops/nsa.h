@@ -64,7 +64,7 @@ typedef struct {
 static inline tune_problem nsa_tune_problem(const nsa_problem *pb)
 {
     tune_problem t = {pb->DK, pb->DV, pb->G, pb->cfg.block_size, pb->dtype, pb->S, pb->cfg.cmp_block, pb->cfg.cmp_stride,
-                      false, pb->warp == WARP_EMULATED};
+                      false, pb->warp == WARP_EMULATED, pb->fused_topk ? pb->topk_jb : 0};
     return t;
 }
 

@@ -62,13 +62,11 @@ static void choose_fused_topk(clnsa_context *ctx, nsa_problem *pb)
     if (pb->warp == WARP_OFF || !pb->run_topk || !pb->has_cmp || !nsa_topk_fuses(pb->G, pb->S) ||
         cx_env_int("CLNSA_FUSED_TOPK", 1) == 0)
         return;
-    const tune_problem tpb = nsa_tune_problem(pb);
+    tune_problem tpb = nsa_tune_problem(pb);
     warp_params fwd, topk;
-    if (tune_nsa_warp(ctx, TF_NSA_FWD_FUSED_WARP, &tpb, &fwd) != CLNSA_SUCCESS ||
-        tune_nsa_warp(ctx, TF_NSA_TOPK_WARP, &tpb, &topk) != CLNSA_SUCCESS)
-        return;
-    const size_t bytes = fwd.local_bytes + fwd.wg / 32 * sizeof(float) * (size_t)topk.pc_max;
-    if (bytes > ctx->info.local_mem_size) return;
+    if (tune_nsa_warp(ctx, TF_NSA_TOPK_WARP, &tpb, &topk) != CLNSA_SUCCESS) return;
+    tpb.fused_jb = topk.jb; /* the fused family's choice fits with the top-k's scores (nsa_tune_problem then says the same) */
+    if (tune_nsa_warp(ctx, TF_NSA_FWD_FUSED_WARP, &tpb, &fwd) != CLNSA_SUCCESS) return;
     pb->fused_topk = true;
     pb->topk_jb = topk.jb;
     pb->topk_pc_max = topk.pc_max;

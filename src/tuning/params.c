@@ -88,6 +88,17 @@ static size_t fwd_warp_bytes(const int *v, const tune_problem *pb)
            (warp_scratch_bytes(pb) + sizeof(float) * 16u * (size_t)pb->dv + (size_t)v[1] * vrow * warp_elem_bytes(pb));
 }
 
+/* The forward that runs the top-k holds the top-k's scores too (PC_MAX
+ * floats a warp, from the top-k family's JB), so that a candidate is
+ * counted whole: one that fits only without them would make the planner
+ * fall back to the separate top-k (choose_fused_topk), and the tuner time
+ * that instead. */
+static size_t fused_fwd_warp_bytes(const int *v, const tune_problem *pb)
+{
+    const size_t pc = pb->fused_jb ? (size_t)topk_pc_max(pb->fused_jb, pb) : 0u;
+    return fwd_warp_bytes(v, pb) + (size_t)(v[0] / 32) * sizeof(float) * pc;
+}
+
 /* The dq warp kernel: each warp's two tiles of KC K rows (padded as the
  * dk/dv kernel's, below). */
 static size_t dq_warp_bytes(const int *v, const tune_problem *pb)
@@ -317,12 +328,11 @@ const tune_family tune_families[TF_COUNT] = {
      * KC 32: 15.7), with the compressed branch KC 32 (22.6; KC 16: 24.4;
      * the backward's prologue likewise: 27.4 against 29.0); the forward
      * that runs the top-k, which holds the top-k's state beside its own,
-     * KC 16 again (24.9; KC 32: 26.3). The fused one's top-k scores (PC_MAX
-     * per warp) come on top of the local memory counted here
-     * (src/ops/nsa_fwd.c, choose_fused_topk). */
+     * KC 16 again (24.9; KC 32: 26.3). The fused one counts the top-k's
+     * scores too (fused_fwd_warp_bytes). */
     [TF_NSA_FWD_WARP] = WARP_KC_FAMILY("nsa_fwd_warp", "nsa_fwd", fwd_warp_bytes, warp_start),
     [TF_NSA_FWD_CMP_WARP] = WARP_KC_FAMILY("nsa_fwd_cmp_warp", "nsa_fwd", fwd_warp_bytes, warp_start),
-    [TF_NSA_FWD_FUSED_WARP] = WARP_KC_FAMILY("nsa_fwd_fused_warp", "nsa_fwd", fwd_warp_bytes, warp_start),
+    [TF_NSA_FWD_FUSED_WARP] = WARP_KC_FAMILY("nsa_fwd_fused_warp", "nsa_fwd", fused_fwd_warp_bytes, warp_start),
     [TF_NSA_TOPK_WARP] = {"nsa_topk_warp", "nsa_topk", 3, {WARP_WG_PARAM, KC_PARAM, {"JB", {16, 32, 64, 128}, 4, false}},
                           0, {{0}}, 2, {{SHRINK_HALVE, 2, 0, 8}, {SHRINK_HALVE, 0, 0, 32}}, topk_warp_bytes, warp_start},
     [TF_NSA_DQ_WARP] = WARP_KC_FAMILY("nsa_bwd_dq_warp", "nsa_bwd_dq", dq_warp_bytes, dq_warp_start),

@@ -52,6 +52,7 @@ typedef struct {
     int S, cmp_block, cmp_stride; /* top-k's PC_MAX */
     bool softcap;                 /* block-sparse backward: the soft cap's extra tile */
     bool warp_emulated;           /* warp families: emulated matrix operations (one warp per group) */
+    int fused_jb; /* nsa_fwd_fused_warp: the top-k's JB, whose PC_MAX scores a warp holds too (0: not known) */
 } tune_problem;
 
 typedef struct {

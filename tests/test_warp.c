@@ -254,10 +254,11 @@ static void forward_checked(test_env *te, const char *name, uint64_t seed)
 
 /* The forward kernel's uses take their chunk and work-group from families
  * of their own: the forward that runs the top-k (nsa_fwd_fused_warp), the
- * forward and the backward's prologue given their selection with the
- * compressed branch (nsa_fwd_cmp_warp) and without it (nsa_fwd_warp). A
- * user file gives the three different chunks; each kernel is built with its
- * own family's and is right. */
+ * forward given its selection with the compressed branch (nsa_fwd_cmp_warp)
+ * and without it (nsa_fwd_warp), and the backward's prologue
+ * (nsa_bwd_pre_warp). A user file gives the forwards three different
+ * chunks, and the prologue another than the compressed forward's; each
+ * kernel is built with its own family's and is right. */
 static void test_forward_families(void **state)
 {
     (void)state;
@@ -268,7 +269,8 @@ static void test_forward_families(void **state)
     fputs("{\"clnsa_tuning\": 1, \"entries\": [\n"
           " {\"family\": \"nsa_fwd_fused_warp\", \"params\": {\"WG\": 32, \"KC\": 16}},\n"
           " {\"family\": \"nsa_fwd_cmp_warp\", \"params\": {\"WG\": 32, \"KC\": 32}},\n"
-          " {\"family\": \"nsa_fwd_warp\", \"params\": {\"WG\": 32, \"KC\": 64}}\n]}\n",
+          " {\"family\": \"nsa_fwd_warp\", \"params\": {\"WG\": 32, \"KC\": 64}},\n"
+          " {\"family\": \"nsa_bwd_pre_warp\", \"params\": {\"WG\": 32, \"KC\": 16}}\n]}\n",
           f);
     fclose(f);
     clnsa_context_options o = test_warp_options(clnsa_context_device_info(env.ctx));
@@ -308,7 +310,8 @@ static void test_forward_families(void **state)
         bwd_run_device(&te, &b, &r);
         bwd_reference(&b, &r);
         bwd_compare(&b, c);
-        assert_true(program_built_with(te.ctx, "#define KC 32\n", "#define BWD_PRE 1\n", NULL));
+        assert_true(program_built_with(te.ctx, "#define KC 16\n", "#define BWD_PRE 1\n", NULL));
+        assert_false(program_built_with(te.ctx, "#define KC 32\n", "#define BWD_PRE 1\n", NULL));
     }
     bwd_free(&b);
     nsa_run_free(&r);

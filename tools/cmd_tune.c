@@ -159,6 +159,20 @@ static void wait_built(builder *b, candidate *c, bool threads)
 }
 
 static bool family_is_warp(int family) { return family >= TF_NSA_FWD_WARP; }
+
+/* The families timed in the backward (the tuner's backward runs on the
+ * forward's saved tensors without the branch outputs, so the prologue runs) */
+static bool family_is_bwd(int family)
+{
+    switch (family) {
+    case TF_NSA_BWD_PRE: case TF_NSA_BWD_DQ: case TF_NSA_DKDV: case TF_BS_BWD: case TF_NSA_BWD_PRE_WARP:
+    case TF_NSA_DQ_WARP: case TF_NSA_DQ_RECOMPUTE_WARP: case TF_NSA_DKDV_WARP: case TF_BS_BWD_WARP:
+        return true;
+    default:
+        return false;
+    }
+}
+
 static bool family_is_bs(int family)
 {
     return family == TF_BS_FWD || family == TF_BS_BWD || family == TF_BS_FWD_WARP || family == TF_BS_BWD_WARP;
@@ -291,9 +305,7 @@ static int confirm(const cli_env *env, op_setup *s, family_result *fr, int repea
 static int tune_family_run(const cli_env *env, const tune_opts *o, int family, double deadline, family_result *fr)
 {
     const tune_family *f = &tune_families[family];
-    const bool bwd = family == TF_NSA_BWD_PRE || family == TF_NSA_BWD_DQ || family == TF_NSA_DKDV || family == TF_BS_BWD ||
-                     family == TF_NSA_DQ_WARP || family == TF_NSA_DQ_RECOMPUTE_WARP || family == TF_NSA_DKDV_WARP ||
-                     family == TF_BS_BWD_WARP;
+    const bool bwd = family_is_bwd(family);
     const bool given_idx = family == TF_NSA_FWD || family == TF_NSA_FWD_WARP || family == TF_NSA_FWD_CMP_WARP;
     const bool bs = family_is_bs(family), no_cmp = family == TF_NSA_FWD_WARP;
     /* The warp families run only on their path, and in f16 / bf16: they are
@@ -477,9 +489,9 @@ static js_value entry_json(const cli_env *env, const tune_opts *o, const family_
 
 static const char *const family_names = "nsa_fwd, nsa_bwd_pre, nsa_bwd_dq, nsa_topk, nsa_bwd_dkdv (nsa: these five), "
                                         "blocksparse_fwd, blocksparse_bwd (blocksparse: both), nsa_fwd_warp, "
-                                        "nsa_fwd_cmp_warp, nsa_fwd_fused_warp, nsa_topk_warp, nsa_bwd_dq_warp, "
-                                        "nsa_bwd_dq_recompute_warp, nsa_bwd_dkdv_warp, blocksparse_fwd_warp, "
-                                        "blocksparse_bwd_warp (warp: these nine, the tensor-core "
+                                        "nsa_fwd_cmp_warp, nsa_fwd_fused_warp, nsa_bwd_pre_warp, nsa_topk_warp, "
+                                        "nsa_bwd_dq_warp, nsa_bwd_dq_recompute_warp, nsa_bwd_dkdv_warp, "
+                                        "blocksparse_fwd_warp, blocksparse_bwd_warp (warp: these ten, the tensor-core "
                                         "path, where the device runs it for --dtype); all: every one";
 
 static void usage(FILE *f, const cli_opt *opts, size_t n)

@@ -31,10 +31,11 @@ typedef enum {
     TF_NSA_DKDV,    /* nsa_bwd_dkdv.cl (WG, TKK, RQ) */
     TF_BS_FWD,      /* blocksparse_fwd.cl (WG, BQ, BK) */
     TF_BS_BWD,      /* blocksparse_bwd.cl: dk/dv, dq (WG, BQ, BK) */
-    TF_NSA_FWD_WARP,  /* nsa_fwd_warp.cl on the tensor cores (WG, KC): the forward given its selection, and the
-                         backward's prologue, without the compressed branch */
+    TF_NSA_FWD_WARP,  /* nsa_fwd_warp.cl on the tensor cores (WG, KC): the forward given its selection, without the
+                         compressed branch */
     TF_NSA_FWD_CMP_WARP,   /* the same with the compressed branch */
     TF_NSA_FWD_FUSED_WARP, /* the forward that runs the top-k itself (FUSED_TOPK) */
+    TF_NSA_BWD_PRE_WARP,   /* nsa_fwd_warp.cl with BWD_PRE, the backward's prologue */
     TF_NSA_TOPK_WARP, /* nsa_topk_warp.cl (WG, KC, JB) */
     TF_NSA_DQ_WARP,   /* nsa_bwd_dq_warp.cl (WG, KC), the compressed branch's dS kept */
     TF_NSA_DQ_RECOMPUTE_WARP, /* the same, where dq recomputes the compressed branch's dS */

@@ -67,6 +67,8 @@ static const nsa_case warp_cases[] = {
     {"warp compressed and window only", 1, 70, 8, 2, 32, 48, NULL, 0, 16, 2, 16, 8, 20, 1, 2, true, false, true, false, false, false, false, false, F16, false},
     /* G = 32 in the TF32 mode: two head tiles, the kept dS key-major (nsa_ranges.h's DS_BY_KEY) in f32 */
     {"warp TF32 G=32 dS kept key-major", 1, 30, 32, 1, 16, 16, NULL, 0, 16, 2, 8, 8, 0, 1, 2, true, true, false, false, false, false, false, false, F32, true},
+    /* the compressed branch alone: its forward stages V and runs whole chunks unguarded, no top-k */
+    {"warp compressed only", 1, 71, 16, 1, 32, 32, NULL, 0, 16, 2, 16, 16, 0, 1, 2, true, false, false, false, false, false, false, false, BF16, false},
     /* small enough for Oclgrind (.ci/matrix.sh): every warp kernel, the split and heavy passes */
     {"warp tiny", 1, 20, 16, 1, 16, 16, NULL, 0, 16, 2, 8, 8, 8, 1, 2, true, true, true, false, false, false, false, false, BF16, false},
 };

@@ -29,6 +29,39 @@ inline void attn_reset(ATTN_SMEM_PARAMS, float acc[ACC_N], int lid)
     for (int i = 0; i < ACC_N; ++i) acc[i] = 0.0f;
 }
 
+/* acc = alpha * acc + P V over the tile's nk keys, each output's sum in key
+ * order (as the reference). The keys run outermost, four at a time, so a
+ * work-item reads each probability row as float4s and, where its ACC_N
+ * outputs share a column (WG a multiple of DV), each V element once for
+ * them all: with the keys innermost every product took two local reads. */
+#define PV_ONE_COL (WG % DV == 0)
+inline void accumulate_pv(ATTN_SMEM_PARAMS, float acc[ACC_N], int nk, int lid)
+{
+    int row[ACC_N]; /* the output's row g, or -1 past the tile */
+    const int d = lid % DV;
+    for (int i = 0; i < ACC_N; ++i) {
+        const int idx = lid + i * WG;
+        row[i] = idx < GT * DV ? idx / DV : -1;
+        if (row[i] >= 0) acc[i] *= alpha[row[i]];
+    }
+    const int nk4 = TK % 4 == 0 ? nk / 4 * 4 : 0;
+    for (int j = 0; j < nk4; j += 4) {
+        float4 v4 = (float4)(vs[j * DV + d], vs[(j + 1) * DV + d], vs[(j + 2) * DV + d], vs[(j + 3) * DV + d]);
+        for (int i = 0; i < ACC_N; ++i) {
+            if (row[i] < 0) continue;
+            if (!PV_ONE_COL) {
+                const int di = (lid + i * WG) % DV;
+                v4 = (float4)(vs[j * DV + di], vs[(j + 1) * DV + di], vs[(j + 2) * DV + di], vs[(j + 3) * DV + di]);
+            }
+            const float4 p = vload4(0, ps + row[i] * TK + j);
+            acc[i] = fma(p.w, v4.w, fma(p.z, v4.z, fma(p.y, v4.y, fma(p.x, v4.x, acc[i]))));
+        }
+    }
+    for (int j = nk4; j < nk; ++j)
+        for (int i = 0; i < ACC_N; ++i)
+            if (row[i] >= 0) acc[i] = fma(ps[row[i] * TK + j], vs[j * DV + (lid + i * WG) % DV], acc[i]);
+}
+
 /* The online-softmax step of one key tile whose scores are already in ps
  * (row g's nk scores at ps[g*TK ..]; -inf = masked) and whose values are in
  * vs: rescales the rows' state and acc, adds p.v. Ends with a barrier so
@@ -55,15 +88,7 @@ inline void attend_scores(ATTN_SMEM_PARAMS, float acc[ACC_N], int nk, int lid)
         alpha[g] = a;
     }
     barrier(CLK_LOCAL_MEM_FENCE);
-    for (int i = 0; i < ACC_N; ++i) {
-        int idx = lid + i * WG;
-        if (idx < GT * DV) {
-            int g = idx / DV, d = idx - g * DV;
-            float a = acc[i] * alpha[g];
-            for (int j = 0; j < nk; ++j) a = fma(ps[g * TK + j], vs[j * DV + d], a);
-            acc[i] = a;
-        }
-    }
+    accumulate_pv(ATTN_SMEM, acc, nk, lid);
     barrier(CLK_LOCAL_MEM_FENCE);
 }
 
@@ -75,15 +100,48 @@ inline float tile_dot(ATTN_SMEM_PARAMS, int g, int j)
     return dot;
 }
 
+/* A work-item's scores of a tile: TILE_SR rows by TILE_SC keys where the
+ * tile has that many per work-item, so that each element of q and k read
+ * from local memory feeds TILE_SC and TILE_SR products (one score a
+ * work-item took two reads a product). Its keys are TK / TILE_SC apart, so
+ * that neighbouring work-items read neighbouring (padded) rows. */
+#if GT * TK >= 4 * WG && GT % 2 == 0 && TK % 2 == 0
+#define TILE_SR 2
+#define TILE_SC 2
+#elif GT * TK >= 2 * WG && TK % 2 == 0
+#define TILE_SR 1
+#define TILE_SC 2
+#else
+#define TILE_SR 1
+#define TILE_SC 1
+#endif
+#define TILE_COLS (TK / TILE_SC)
+
 /* One key tile of nk keys, already in ks / vs: the scores, then
- * attend_scores. Ends with a barrier. */
+ * attend_scores. Ends with a barrier. Keys past nk read row nk-1 (rows
+ * past it were not loaded) and are masked. */
 inline void attend_tile(ATTN_SMEM_PARAMS, float acc[ACC_N], int nk, float scale, int lid)
 {
-    for (int idx = lid; idx < GT * TK; idx += WG) {
-        int g = idx / TK, j = idx - g * TK;
-        float s = -INFINITY;
-        if (j < nk) s = tile_dot(ATTN_SMEM, g, j) * scale;
-        ps[idx] = s;
+    for (int it = lid; it < GT / TILE_SR * TILE_COLS; it += WG) {
+        const int g0 = it / TILE_COLS * TILE_SR, j0 = it % TILE_COLS;
+        float dot[TILE_SR][TILE_SC];
+        int krow[TILE_SC];
+        for (int c = 0; c < TILE_SC; ++c) krow[c] = min(j0 + c * TILE_COLS, nk - 1) * KPAD(DK);
+        for (int r = 0; r < TILE_SR; ++r)
+            for (int c = 0; c < TILE_SC; ++c) dot[r][c] = 0.0f;
+        for (int d = 0; d < DK; ++d) {
+            float kd[TILE_SC];
+            for (int c = 0; c < TILE_SC; ++c) kd[c] = ks[krow[c] + d];
+            for (int r = 0; r < TILE_SR; ++r) {
+                const float qd = qs[(g0 + r) * DK + d];
+                for (int c = 0; c < TILE_SC; ++c) dot[r][c] = fma(qd, kd[c], dot[r][c]);
+            }
+        }
+        for (int r = 0; r < TILE_SR; ++r)
+            for (int c = 0; c < TILE_SC; ++c) {
+                const int j = j0 + c * TILE_COLS;
+                ps[(g0 + r) * TK + j] = j < nk ? dot[r][c] * scale : -INFINITY;
+            }
     }
     barrier(CLK_LOCAL_MEM_FENCE);
     attend_scores(ATTN_SMEM, acc, nk, lid);

@@ -302,7 +302,7 @@ static int confirm(const cli_env *env, op_setup *s, family_result *fr, int repea
     return 0;
 }
 
-static int tune_family_run(const cli_env *env, const tune_opts *o, int family, double deadline, family_result *fr)
+static int tune_family_in(const cli_env *env, const tune_opts *o, int family, double deadline, family_result *fr)
 {
     const tune_family *f = &tune_families[family];
     const bool bwd = family_is_bwd(family);
@@ -426,6 +426,20 @@ static int tune_family_run(const cli_env *env, const tune_opts *o, int family, d
     tune_setup_free(&timing);
     fr->seconds = (cli_now_ms() - t0) * 1e-3;
     return rc == 0 && fr->best >= 0 ? 0 : -1;
+}
+
+/* A family's search on the path its kernels run on. The portable families'
+ * kernels share their names with the tensor-core path's (nsa_fwd, ...), and
+ * run where that path does not: where it would take --dtype, the search
+ * forces the portable path for the family, or it would time the warp kernels
+ * against parameters they do not read. */
+static int tune_family_run(const cli_env *env, const tune_opts *o, int family, double deadline, family_result *fr)
+{
+    const clnsa_matrix_path was = env->ctx->matrix_path;
+    if (!family_is_warp(family)) env->ctx->matrix_path = CLNSA_MATRIX_PORTABLE;
+    const int rc = tune_family_in(env, o, family, deadline, fr);
+    env->ctx->matrix_path = was;
+    return rc;
 }
 
 /* ------------------------------------------------------------------ JSON */

@@ -15,6 +15,32 @@
  * NDRange: (WG * tiles, H, B).
  */
 
+/* dv += P^T (g do) and dk += scale dS^T Q over the chunk's RQ rows, each
+ * sum in row order. The rows run outermost, so that a work-item's outputs
+ * of one column (WG a multiple of the head dim) share each read of a do or
+ * q element: with the rows innermost every product took two local reads. */
+#define DV_ONE_COL (WG % DV == 0)
+#define DK_ONE_COL (WG % DK == 0)
+inline void accumulate_dkdv(__local const float *pp, __local const float *dss, __local const float *qs,
+                            __local const float *dos, float *dka, float *dva, float scale, int lid)
+{
+    float a[DK_N];
+    for (int i = 0; i < DK_N; ++i) a[i] = 0.0f;
+    for (int r = 0; r < RQ; ++r) {
+        const float dov = dos[r * DV + lid % DV], qv = qs[r * DK + lid % DK];
+        for (int i = 0; i < DV_N; ++i) {
+            const int idx = lid + i * WG, j = idx / DV;
+            if (idx < TKK * DV) dva[i] = fma(pp[r * TKK + j], DV_ONE_COL ? dov : dos[r * DV + idx % DV], dva[i]);
+        }
+        for (int i = 0; i < DK_N; ++i) {
+            const int idx = lid + i * WG, j = idx / DK;
+            if (idx < TKK * DK) a[i] = fma(dss[r * TKK + j], DK_ONE_COL ? qv : qs[r * DK + idx % DK], a[i]);
+        }
+    }
+    for (int i = 0; i < DK_N; ++i)
+        if (lid + i * WG < TKK * DK) dka[i] = fma(scale, a[i], dka[i]);
+}
+
 __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void nsa_bwd_dkdv(DKDV_ARGS)
 {
     __local float qs[RQ * DK], dos[RQ * DV], ks[TKK * KPAD(DK)], vs[TKK * KPAD(DV)], pp[RQ * TKK], dss[RQ * TKK];
@@ -78,24 +104,7 @@ __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void nsa_bwd_dkdv(DKDV_
             dss[idx] = ds;
         }
         barrier(CLK_LOCAL_MEM_FENCE);
-        for (int i = 0; i < DV_N; ++i) {
-            int idx = lid + i * WG;
-            if (idx < TKK * DV) {
-                int j = idx / DV, d = idx - j * DV;
-                float a = dva[i];
-                for (int r = 0; r < RQ; ++r) a = fma(pp[r * TKK + j], dos[r * DV + d], a);
-                dva[i] = a;
-            }
-        }
-        for (int i = 0; i < DK_N; ++i) {
-            int idx = lid + i * WG;
-            if (idx < TKK * DK) {
-                int j = idx / DK, d = idx - j * DK;
-                float a = 0.0f;
-                for (int r = 0; r < RQ; ++r) a = fma(dss[r * TKK + j], qs[r * DK + d], a);
-                dka[i] = fma(scale, a, dka[i]);
-            }
-        }
+        accumulate_dkdv(pp, dss, qs, dos, dka, dva, scale, lid);
     }
 
     /* dense [B, nrows_k, H, D] f32 */

@@ -37,21 +37,22 @@ inline void attn_reset(ATTN_SMEM_PARAMS, float acc[ACC_N], int lid)
 #define PV_ONE_COL (WG % DV == 0)
 inline void accumulate_pv(ATTN_SMEM_PARAMS, float acc[ACC_N], int nk, int lid)
 {
-    int row[ACC_N]; /* the output's row g, or -1 past the tile */
-    const int d = lid % DV;
+    int row[ACC_N], col[ACC_N]; /* the output's row g (-1 past the tile) and column d */
     for (int i = 0; i < ACC_N; ++i) {
-        const int idx = lid + i * WG;
-        row[i] = idx < GT * DV ? idx / DV : -1;
+        const int idx = lid + i * WG, g = idx / DV;
+        row[i] = idx < GT * DV ? g : -1;
+        col[i] = rem_of(idx, g, DV);
         if (row[i] >= 0) acc[i] *= alpha[row[i]];
     }
     const int nk4 = TK % 4 == 0 ? nk / 4 * 4 : 0;
     for (int j = 0; j < nk4; j += 4) {
-        float4 v4 = (float4)(vs[j * DV + d], vs[(j + 1) * DV + d], vs[(j + 2) * DV + d], vs[(j + 3) * DV + d]);
+        float4 v4 = (float4)(vs[j * DV + col[0]], vs[(j + 1) * DV + col[0]], vs[(j + 2) * DV + col[0]],
+                             vs[(j + 3) * DV + col[0]]);
         for (int i = 0; i < ACC_N; ++i) {
             if (row[i] < 0) continue;
             if (!PV_ONE_COL) {
-                const int di = (lid + i * WG) % DV;
-                v4 = (float4)(vs[j * DV + di], vs[(j + 1) * DV + di], vs[(j + 2) * DV + di], vs[(j + 3) * DV + di]);
+                const int c = col[i];
+                v4 = (float4)(vs[j * DV + c], vs[(j + 1) * DV + c], vs[(j + 2) * DV + c], vs[(j + 3) * DV + c]);
             }
             const float4 p = vload4(0, ps + row[i] * TK + j);
             acc[i] = fma(p.w, v4.w, fma(p.z, v4.z, fma(p.y, v4.y, fma(p.x, v4.x, acc[i]))));
@@ -59,7 +60,7 @@ inline void accumulate_pv(ATTN_SMEM_PARAMS, float acc[ACC_N], int nk, int lid)
     }
     for (int j = nk4; j < nk; ++j)
         for (int i = 0; i < ACC_N; ++i)
-            if (row[i] >= 0) acc[i] = fma(ps[row[i] * TK + j], vs[j * DV + (lid + i * WG) % DV], acc[i]);
+            if (row[i] >= 0) acc[i] = fma(ps[row[i] * TK + j], vs[j * DV + col[i]], acc[i]);
 }
 
 /* The online-softmax step of one key tile whose scores are already in ps
@@ -123,7 +124,7 @@ inline float tile_dot(ATTN_SMEM_PARAMS, int g, int j)
 inline void attend_tile(ATTN_SMEM_PARAMS, float acc[ACC_N], int nk, float scale, int lid)
 {
     for (int it = lid; it < GT / TILE_SR * TILE_COLS; it += WG) {
-        const int g0 = it / TILE_COLS * TILE_SR, j0 = it % TILE_COLS;
+        const int gt = it / TILE_COLS, g0 = gt * TILE_SR, j0 = rem_of(it, gt, TILE_COLS);
         float dot[TILE_SR][TILE_SC];
         int krow[TILE_SC];
         for (int c = 0; c < TILE_SC; ++c) krow[c] = min(j0 + c * TILE_COLS, nk - 1) * KPAD(DK);

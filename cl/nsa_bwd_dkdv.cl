@@ -25,17 +25,25 @@ inline void accumulate_dkdv(__local const float *pp, __local const float *dss, _
                             __local const float *dos, float *dka, float *dva, float scale, int lid)
 {
     float a[DK_N];
-    for (int i = 0; i < DK_N; ++i) a[i] = 0.0f;
+    int vkey[DV_N], vcol[DV_N], kkey[DK_N], kcol[DK_N]; /* each output's key j and column d */
+    for (int i = 0; i < DV_N; ++i) {
+        const int idx = lid + i * WG;
+        vkey[i] = idx / DV;
+        vcol[i] = rem_of(idx, vkey[i], DV);
+    }
+    for (int i = 0; i < DK_N; ++i) {
+        const int idx = lid + i * WG;
+        kkey[i] = idx / DK;
+        kcol[i] = rem_of(idx, kkey[i], DK);
+        a[i] = 0.0f;
+    }
     for (int r = 0; r < RQ; ++r) {
-        const float dov = dos[r * DV + lid % DV], qv = qs[r * DK + lid % DK];
-        for (int i = 0; i < DV_N; ++i) {
-            const int idx = lid + i * WG, j = idx / DV;
-            if (idx < TKK * DV) dva[i] = fma(pp[r * TKK + j], DV_ONE_COL ? dov : dos[r * DV + idx % DV], dva[i]);
-        }
-        for (int i = 0; i < DK_N; ++i) {
-            const int idx = lid + i * WG, j = idx / DK;
-            if (idx < TKK * DK) a[i] = fma(dss[r * TKK + j], DK_ONE_COL ? qv : qs[r * DK + idx % DK], a[i]);
-        }
+        const float dov = dos[r * DV + vcol[0]], qv = qs[r * DK + kcol[0]];
+        for (int i = 0; i < DV_N; ++i)
+            if (lid + i * WG < TKK * DV)
+                dva[i] = fma(pp[r * TKK + vkey[i]], DV_ONE_COL ? dov : dos[r * DV + vcol[i]], dva[i]);
+        for (int i = 0; i < DK_N; ++i)
+            if (lid + i * WG < TKK * DK) a[i] = fma(dss[r * TKK + kkey[i]], DK_ONE_COL ? qv : qs[r * DK + kcol[i]], a[i]);
     }
     for (int i = 0; i < DK_N; ++i)
         if (lid + i * WG < TKK * DK) dka[i] = fma(scale, a[i], dka[i]);

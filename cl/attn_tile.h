@@ -29,11 +29,8 @@ inline void attn_reset(ATTN_SMEM_PARAMS, float acc[ACC_N], int lid)
     for (int i = 0; i < ACC_N; ++i) acc[i] = 0.0f;
 }
 
-/* acc = alpha * acc + P V over the tile's nk keys, each output's sum in key
- * order (as the reference). The keys run outermost, four at a time, so a
- * work-item reads each probability row as float4s and, where its ACC_N
- * outputs share a column (WG a multiple of DV), each V element once for
- * them all: with the keys innermost every product took two local reads. */
+/* acc = alpha * acc + P V over the tile's nk keys (accumulate_rows: each
+ * output's sum in key order, as the reference). */
 #define PV_ONE_COL (WG % DV == 0)
 inline void accumulate_pv(ATTN_SMEM_PARAMS, float acc[ACC_N], int nk, int lid)
 {
@@ -44,23 +41,7 @@ inline void accumulate_pv(ATTN_SMEM_PARAMS, float acc[ACC_N], int nk, int lid)
         col[i] = rem_of(idx, g, DV);
         if (row[i] >= 0) acc[i] *= alpha[row[i]];
     }
-    const int nk4 = TK % 4 == 0 ? nk / 4 * 4 : 0;
-    for (int j = 0; j < nk4; j += 4) {
-        float4 v4 = (float4)(vs[j * DV + col[0]], vs[(j + 1) * DV + col[0]], vs[(j + 2) * DV + col[0]],
-                             vs[(j + 3) * DV + col[0]]);
-        for (int i = 0; i < ACC_N; ++i) {
-            if (row[i] < 0) continue;
-            if (!PV_ONE_COL) {
-                const int c = col[i];
-                v4 = (float4)(vs[j * DV + c], vs[(j + 1) * DV + c], vs[(j + 2) * DV + c], vs[(j + 3) * DV + c]);
-            }
-            const float4 p = vload4(0, ps + row[i] * TK + j);
-            acc[i] = fma(p.w, v4.w, fma(p.z, v4.z, fma(p.y, v4.y, fma(p.x, v4.x, acc[i]))));
-        }
-    }
-    for (int j = nk4; j < nk; ++j)
-        for (int i = 0; i < ACC_N; ++i)
-            if (row[i] >= 0) acc[i] = fma(ps[row[i] * TK + j], vs[j * DV + col[i]], acc[i]);
+    accumulate_rows(ps, TK, vs, DV, row, col, acc, ACC_N, nk, PV_ONE_COL);
 }
 
 /* The online-softmax step of one key tile whose scores are already in ps
@@ -93,29 +74,11 @@ inline void attend_scores(ATTN_SMEM_PARAMS, float acc[ACC_N], int nk, int lid)
     barrier(CLK_LOCAL_MEM_FENCE);
 }
 
-/* q_g . k_j of the tile, on the FMA units. */
-inline float tile_dot(ATTN_SMEM_PARAMS, int g, int j)
-{
-    float dot = 0.0f;
-    for (int d = 0; d < DK; ++d) dot = fma(qs[g * DK + d], ks[j * KPAD(DK) + d], dot);
-    return dot;
-}
-
-/* A work-item's scores of a tile: TILE_SR rows by TILE_SC keys where the
- * tile has that many per work-item, so that each element of q and k read
- * from local memory feeds TILE_SC and TILE_SR products (one score a
- * work-item took two reads a product). Its keys are TK / TILE_SC apart, so
- * that neighbouring work-items read neighbouring (padded) rows. */
-#if GT * TK >= 4 * WG && GT % 2 == 0 && TK % 2 == 0
-#define TILE_SR 2
-#define TILE_SC 2
-#elif GT * TK >= 2 * WG && TK % 2 == 0
-#define TILE_SR 1
-#define TILE_SC 2
-#else
-#define TILE_SR 1
-#define TILE_SC 1
-#endif
+/* A work-item's scores of a tile: TILE_SR rows by TILE_SC keys (dot_tile).
+ * Its keys are TK / TILE_SC apart, so that neighbouring work-items read
+ * neighbouring (padded) rows. */
+#define TILE_SR TILE_SR_OF(GT, TK, WG)
+#define TILE_SC TILE_SC_OF(GT, TK, WG)
 #define TILE_COLS (TK / TILE_SC)
 
 /* One key tile of nk keys, already in ks / vs: the scores, then
@@ -124,20 +87,11 @@ inline float tile_dot(ATTN_SMEM_PARAMS, int g, int j)
 inline void attend_tile(ATTN_SMEM_PARAMS, float acc[ACC_N], int nk, float scale, int lid)
 {
     for (int it = lid; it < GT / TILE_SR * TILE_COLS; it += WG) {
-        const int gt = it / TILE_COLS, g0 = gt * TILE_SR, j0 = rem_of(it, gt, TILE_COLS);
-        float dot[TILE_SR][TILE_SC];
-        int krow[TILE_SC];
+        int j0, krow[2];
+        float dot[2][2];
+        const int g0 = score_tile(it, TILE_COLS, TILE_SR, &j0);
         for (int c = 0; c < TILE_SC; ++c) krow[c] = min(j0 + c * TILE_COLS, nk - 1) * KPAD(DK);
-        for (int r = 0; r < TILE_SR; ++r)
-            for (int c = 0; c < TILE_SC; ++c) dot[r][c] = 0.0f;
-        for (int d = 0; d < DK; ++d) {
-            float kd[TILE_SC];
-            for (int c = 0; c < TILE_SC; ++c) kd[c] = ks[krow[c] + d];
-            for (int r = 0; r < TILE_SR; ++r) {
-                const float qd = qs[(g0 + r) * DK + d];
-                for (int c = 0; c < TILE_SC; ++c) dot[r][c] = fma(qd, kd[c], dot[r][c]);
-            }
-        }
+        dot_tile(qs, DK, g0, ks, krow, DK, TILE_SR, TILE_SC, dot);
         for (int r = 0; r < TILE_SR; ++r)
             for (int c = 0; c < TILE_SC; ++c) {
                 const int j = j0 + c * TILE_COLS;

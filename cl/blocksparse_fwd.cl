@@ -50,18 +50,26 @@ __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void bs_fwd(FWD_PARAMS)
             kseg[j] = has_seg ? seg_k[bs_at2(sk_off, sk_st, b, jj)] : 0;
         }
         barrier(CLK_LOCAL_MEM_FENCE);
-        for (int x0 = 0; x0 < GT * TK; x0 += WG) {
-            const int idx = x0 + lid;
-            if (idx >= GT * TK) break;
-            const int g = idx / TK, j = idx - g * TK;
-            float s = -INFINITY;
-            if (j < nk &&
-                (!partial || bs_visible(qpos[g], qseg[g], kpos[j], kseg[j], wl, wr, has_seg,
-                                        bs_map_on(map, mbase, map_st.z, map_st.w, QB, KB, min(i0 + g, Tq - 1), j0 + j)))) {
-                float dcap;
-                s = bs_score(tile_dot(ATTN_SMEM, g, j), scale, softcap, &dcap);
-            }
-            ps[idx] = s;
+        for (int x0 = 0; x0 < GT / TILE_SR * TILE_COLS; x0 += WG) {
+            const int it = x0 + lid;
+            if (it >= GT / TILE_SR * TILE_COLS) break;
+            int jt, krow[2];
+            float dot[2][2];
+            const int g0 = score_tile(it, TILE_COLS, TILE_SR, &jt);
+            for (int c = 0; c < TILE_SC; ++c) krow[c] = min(jt + c * TILE_COLS, nk - 1) * KPAD(DK);
+            dot_tile(qs, DK, g0, ks, krow, DK, TILE_SR, TILE_SC, dot);
+            for (int r = 0; r < TILE_SR; ++r)
+                for (int c = 0; c < TILE_SC; ++c) {
+                    const int g = g0 + r, j = jt + c * TILE_COLS;
+                    float s = -INFINITY;
+                    if (j < nk && (!partial || bs_visible(qpos[g], qseg[g], kpos[j], kseg[j], wl, wr, has_seg,
+                                                          bs_map_on(map, mbase, map_st.z, map_st.w, QB, KB,
+                                                                    min(i0 + g, Tq - 1), j0 + j)))) {
+                        float dcap;
+                        s = bs_score(dot[r][c], scale, softcap, &dcap);
+                    }
+                    ps[g * TK + j] = s;
+                }
         }
         barrier(CLK_LOCAL_MEM_FENCE);
         attend_scores(ATTN_SMEM, acc, nk, lid);

@@ -110,3 +110,73 @@ inline void load_tile(__local float *dst, int dst_stride, int nrows, int ncols,
         dst[r * dst_stride + c] = LOAD(src, base + (idx_t)r * row_stride + (idx_t)c * col_stride);
     }
 }
+
+/* Products from local tiles, shared by the portable kernels (attention
+ * forward, dq, dk/dv). Each sum runs in element order, as the reference's,
+ * so the tiling changes no result bit; it only cuts local-memory reads per
+ * product, which bound these loops. */
+
+/* A work-item's tile of dot products: TILE_SR_OF rows by TILE_SC_OF keys
+ * (at most 2x2) where the work-group has that many per work-item, so that
+ * each element read feeds two products (one product a work-item took two
+ * reads). Function-like macros so that #if can pick them per kernel. */
+#define TILE_SR_OF(rows, keys, wg) (((rows) * (keys) >= 4 * (wg) && (rows) % 2 == 0 && (keys) % 2 == 0) ? 2 : 1)
+#define TILE_SC_OF(rows, keys, wg) (((rows) * (keys) >= 2 * (wg) && (keys) % 2 == 0) ? 2 : 1)
+
+/* Score tile `it` of a work-group's rows x keys products, cut in tiles of
+ * sr rows by sc keys that lie cols = keys / sc apart (so that neighbouring
+ * work-items read neighbouring rows): its first row; *j0 its first key. */
+inline int score_tile(int it, int cols, int sr, int *j0)
+{
+    const int gt = it / cols;
+    *j0 = rem_of(it, gt, cols);
+    return gt * sr;
+}
+
+/* dot[r][c] = a[row0 + r] . b[brow[c]] over n elements, for r < sr and
+ * c < sc (sr, sc <= 2, constants at the call site): rows of `a` are
+ * a_stride apart, brow[c] is the offset of b's row. */
+inline void dot_tile(__local const float *a, int a_stride, int row0, __local const float *b, const int *brow, int n,
+                     int sr, int sc, float dot[2][2])
+{
+    for (int r = 0; r < sr; ++r)
+        for (int c = 0; c < sc; ++c) dot[r][c] = 0.0f;
+    for (int d = 0; d < n; ++d) {
+        float bd[2];
+        for (int c = 0; c < sc; ++c) bd[c] = b[brow[c] + d];
+        for (int r = 0; r < sr; ++r) {
+            const float ad = a[(row0 + r) * a_stride + d];
+            for (int c = 0; c < sc; ++c) dot[r][c] = fma(ad, bd[c], dot[r][c]);
+        }
+    }
+}
+
+/* acc[i] += sum over j < n of p[row[i] * p_stride + j] * m[j * m_stride + col[i]],
+ * in j order, for the n_acc outputs with row[i] >= 0. j runs outermost,
+ * four a step, so that a work-item reads p four at a time (as a float4
+ * where p_stride allows) and, where all its outputs share a column
+ * (one_col), each m element once for them all. */
+inline void accumulate_rows(__local const float *p, int p_stride, __local const float *m, int m_stride,
+                            const int *row, const int *col, float *acc, int n_acc, int n, bool one_col)
+{
+    const bool vec = p_stride % 4 == 0;
+    const int n4 = n / 4 * 4;
+    for (int j = 0; j < n4; j += 4) {
+        float4 m4 = (float4)(m[j * m_stride + col[0]], m[(j + 1) * m_stride + col[0]], m[(j + 2) * m_stride + col[0]],
+                             m[(j + 3) * m_stride + col[0]]);
+        for (int i = 0; i < n_acc; ++i) {
+            if (row[i] < 0) continue;
+            if (!one_col) {
+                const int c = col[i];
+                m4 = (float4)(m[j * m_stride + c], m[(j + 1) * m_stride + c], m[(j + 2) * m_stride + c],
+                              m[(j + 3) * m_stride + c]);
+            }
+            const int pi = row[i] * p_stride + j;
+            const float4 p4 = vec ? vload4(0, p + pi) : (float4)(p[pi], p[pi + 1], p[pi + 2], p[pi + 3]);
+            acc[i] = fma(p4.w, m4.w, fma(p4.z, m4.z, fma(p4.y, m4.y, fma(p4.x, m4.x, acc[i]))));
+        }
+    }
+    for (int j = n4; j < n; ++j)
+        for (int i = 0; i < n_acc; ++i)
+            if (row[i] >= 0) acc[i] = fma(p[row[i] * p_stride + j], m[j * m_stride + col[i]], acc[i]);
+}

@@ -17,30 +17,50 @@
         __local float *row_lse, __local float *row_d, __local float *row_g
 #define DQ_SMEM qs, dos, ks, vs, ps, row_lse, row_d, row_g
 
+/* A work-item's scores of a tile: TILE_SR rows by TILE_SC keys (dot_tile). */
+#define TILE_SR TILE_SR_OF(GT, TK, WG)
+#define TILE_SC TILE_SC_OF(GT, TK, WG)
+#define TILE_COLS (TK / TILE_SC)
+#define DQ_ONE_COL (WG % DK == 0)
+
+/* One key tile of nk keys, already in ks / vs: ds into ps, then dq. Keys
+ * past nk read row nk-1 (rows past it were not loaded) and get ds = 0. */
 inline void dq_tile(DQ_SMEM_PARAMS, float dq[DQ_N], int nk, float scale, int lid)
 {
-    for (int idx = lid; idx < GT * TK; idx += WG) {
-        int g = idx / TK, j = idx - g * TK;
-        float ds = 0.0f;
-        if (j < nk && row_lse[g] != -INFINITY) {
-            float s = 0.0f, dp = 0.0f;
-            for (int d = 0; d < DK; ++d) s = fma(qs[g * DK + d], ks[j * KPAD(DK) + d], s);
-            for (int d = 0; d < DV; ++d) dp = fma(dos[g * DV + d], vs[j * KPAD(DV) + d], dp);
-            float p = exp(s * scale - row_lse[g]);
-            ds = p * (row_g[g] * dp - row_d[g]);
+    for (int it = lid; it < GT / TILE_SR * TILE_COLS; it += WG) {
+        int jt, krow[2], vrow[2];
+        float s[2][2], dp[2][2];
+        const int g0 = score_tile(it, TILE_COLS, TILE_SR, &jt);
+        for (int c = 0; c < TILE_SC; ++c) {
+            const int j = min(jt + c * TILE_COLS, nk - 1);
+            krow[c] = j * KPAD(DK);
+            vrow[c] = j * KPAD(DV);
         }
-        ps[idx] = ds;
+        dot_tile(qs, DK, g0, ks, krow, DK, TILE_SR, TILE_SC, s);
+        dot_tile(dos, DV, g0, vs, vrow, DV, TILE_SR, TILE_SC, dp);
+        for (int r = 0; r < TILE_SR; ++r)
+            for (int c = 0; c < TILE_SC; ++c) {
+                const int g = g0 + r, j = jt + c * TILE_COLS;
+                float ds = 0.0f;
+                if (j < nk && row_lse[g] != -INFINITY) {
+                    const float p = exp(s[r][c] * scale - row_lse[g]);
+                    ds = p * (row_g[g] * dp[r][c] - row_d[g]);
+                }
+                ps[g * TK + j] = ds;
+            }
     }
     barrier(CLK_LOCAL_MEM_FENCE);
+    int row[DQ_N], col[DQ_N]; /* the output's row g (-1 past the tile) and column d */
+    float a[DQ_N];
     for (int i = 0; i < DQ_N; ++i) {
-        int idx = lid + i * WG;
-        if (idx < GT * DK) {
-            int g = idx / DK, d = idx - g * DK;
-            float a = 0.0f;
-            for (int j = 0; j < nk; ++j) a = fma(ps[g * TK + j], ks[j * KPAD(DK) + d], a);
-            dq[i] = fma(scale, a, dq[i]);
-        }
+        const int idx = lid + i * WG, g = idx / DK;
+        row[i] = idx < GT * DK ? g : -1;
+        col[i] = rem_of(idx, g, DK);
+        a[i] = 0.0f;
     }
+    accumulate_rows(ps, TK, ks, KPAD(DK), row, col, a, DQ_N, nk, DQ_ONE_COL);
+    for (int i = 0; i < DQ_N; ++i)
+        if (row[i] >= 0) dq[i] = fma(scale, a[i], dq[i]);
     barrier(CLK_LOCAL_MEM_FENCE);
 }
 

@@ -10,9 +10,15 @@
  * [B, rows, H, D] dense; the tokens' final dk/dv are finished by
  * nsa_grad_finish (nsa_compress.cl), which adds the compressed branch.
  *
+ * A tile with many rows (the compressed branch's; the selected branch's
+ * heavy blocks, nsa_dkdv.h) would keep one work-group busy long after the
+ * others finish: NSPLIT > 1 splits its rows, each group writing its part's
+ * sums to its own slice ([NSPLIT][B, rows, H, D]), which nsa_dkdv_sum.cl
+ * adds in split order.
+ *
  * Defines (besides nsa_dkdv.h): WG, DK, DV, TKK, RQ, DK_N = ceil(TKK*DK/WG),
- * DV_N = ceil(TKK*DV/WG), ACCUM.
- * NDRange: (WG * tiles, H, B).
+ * DV_N = ceil(TKK*DV/WG), ACCUM, NSPLIT.
+ * NDRange: (WG * tiles * NSPLIT, H, B).
  */
 
 /* dv += P^T (g do) and dk += scale dS^T Q over the chunk's RQ rows, each
@@ -60,7 +66,8 @@ __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void nsa_bwd_dkdv(DKDV_
     cmp_off += cmp_off0;
     lst += lst0;
     lst_start += lst_start0;
-    const dkdv_tile kt = dkdv_tile_of(get_group_id(0), b, h, H, T, nrows_k, cu, nseq, cmp_off, lst_start, nblk);
+    const int split = get_group_id(0) % NSPLIT;
+    const dkdv_tile kt = dkdv_tile_of(get_group_id(0) / NSPLIT, b, h, H, T, nrows_k, cu, nseq, cmp_off, lst_start, nblk);
     const int nk = kt.nk, key0 = kt.key0;
     for (int j = lid; j < TKK; j += WG) {
         const int3 ki = j < nk ? dkdv_key(kt, j, b, T, cu, nseq, cmp_off) : (int3)(0);
@@ -76,8 +83,10 @@ __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void nsa_bwd_dkdv(DKDV_
     for (int i = 0; i < DK_N; ++i) dka[i] = 0.0f;
     for (int i = 0; i < DV_N; ++i) dva[i] = 0.0f;
 
-    const int nrows = dkdv_rows(kt);
-    for (int r0 = 0; r0 < nrows; r0 += RQ) {
+    /* this split's rows: whole chunks of RQ, so no chunk is shared */
+    const int nrows = dkdv_rows(kt), per = (nrows + RQ * NSPLIT - 1) / (RQ * NSPLIT) * RQ;
+    const int r_end = min(nrows, (split + 1) * per);
+    for (int r0 = split * per; r0 < r_end; r0 += RQ) {
         barrier(CLK_LOCAL_MEM_FENCE);
         for (int r = lid; r < RQ; r += WG) {
             const int rr = r0 + r, tok = dkdv_row_token(kt, rr, lst);
@@ -115,19 +124,22 @@ __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void nsa_bwd_dkdv(DKDV_
         accumulate_dkdv(pp, dss, qs, dos, dka, dva, scale, lid);
     }
 
-    /* dense [B, nrows_k, H, D] f32 */
+    /* dense [B, nrows_k, H, D] f32, this split's slice; the heavy pass's
+     * rows are the heavy blocks' keys in order (nrows_k of them) */
+    const idx_t slice = (idx_t)split * get_num_groups(2) * nrows_k * H;
+    const int krow0 = HEAVY_PASS ? (int)(get_group_id(0) / NSPLIT) * TKK : key0;
     for (int i = 0; i < DK_N; ++i) {
         int idx = lid + i * WG, j = idx / DK, d = idx - j * DK;
         if (idx < TKK * DK && j < nk) {
-            idx_t at = dk0 + (((idx_t)b * nrows_k + key0 + j) * H + h) * DK + d;
-            dk[at] = ACCUM ? dk[at] + dka[i] : dka[i];
+            idx_t at = dk0 + (slice + ((idx_t)b * nrows_k + krow0 + j) * H + h) * DK + d;
+            dk[at] = ADD_IN_PLACE ? dk[at] + dka[i] : dka[i];
         }
     }
     for (int i = 0; i < DV_N; ++i) {
         int idx = lid + i * WG, j = idx / DV, d = idx - j * DV;
         if (idx < TKK * DV && j < nk) {
-            idx_t at = dv0 + (((idx_t)b * nrows_k + key0 + j) * H + h) * DV + d;
-            dv[at] = ACCUM ? dv[at] + dva[i] : dva[i];
+            idx_t at = dv0 + (slice + ((idx_t)b * nrows_k + krow0 + j) * H + h) * DV + d;
+            dv[at] = ADD_IN_PLACE ? dv[at] + dva[i] : dva[i];
         }
     }
 }

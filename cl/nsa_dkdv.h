@@ -13,13 +13,13 @@
  *            WINDOW tokens of each key.
  * Query row rr of a tile is token rr / G of its range, head rr % G.
  *
- * HEAVY (BRANCH 1, warp path, top-k ran): the first INIT_BLOCKS blocks of
+ * HEAVY (BRANCH 1, top-k ran): the first INIT_BLOCKS blocks of
  * each sequence are forced for every token, so their lists hold every row
  * of the sequence: the main pass leaves them (writing zeros) to a second
  * launch, HEAVY_PASS, whose groups split their rows NSPLIT ways.
  *
  * Defines: G, BRANCH, BS, S, CMP_L, CMP_D, WINDOW, VARLEN, INIT_BLOCKS,
- * HEAVY, HEAVY_PASS, NSPLIT.
+ * HEAVY, HEAVY_PASS, NSPLIT, ACCUM.
  */
 #ifndef HEAVY
 #define HEAVY 0
@@ -34,6 +34,13 @@
 #define SKIP_INIT_ROWS 1
 #else
 #define SKIP_INIT_ROWS 0
+#endif
+/* Whether a pass adds its sums to the gradient in place (ACCUM, unsplit)
+ * rather than writing them (or its split's slice), one literal likewise. */
+#if ACCUM && NSPLIT == 1
+#define ADD_IN_PLACE 1
+#else
+#define ADD_IN_PLACE 0
 #endif
 
 /* The arguments of both kernels, in the order plan_dkdv() sets them. */

@@ -20,15 +20,18 @@
 #include <string.h>
 
 static const char *const dq_files[] = {"common.h", "nsa_ranges.h", "nsa_bwd_dq.cl", NULL};
-static const char *const dkdv_files[] = {"common.h", "nsa_ranges.h", "nsa_dkdv.h", "nsa_bwd_dkdv.cl", NULL};
+static const char *const dkdv_files[] = {"common.h", "nsa_ranges.h", "nsa_dkdv.h", "nsa_bwd_dkdv.cl", "nsa_dkdv_sum.cl",
+                                         NULL};
 static const char *const dkdv_warp_files[] = {"common.h", "warp_mma.h", "warp_attn.h", "nsa_ranges.h", "nsa_dkdv.h",
-                                              "nsa_bwd_dkdv_warp.cl", NULL};
+                                              "nsa_bwd_dkdv_warp.cl", "nsa_dkdv_sum.cl", NULL};
 static const char *const delta_files[] = {"common.h", "nsa_bwd_delta.cl", NULL};
 
-/* The warp path's heavy blocks (nsa_dkdv.h): the selected branch's first
- * INIT_BLOCKS blocks of each sequence when top-k ran, their rows split so
- * that there are about 8 groups per compute unit, up to 64 splits. nh: the
- * heavy key rows per batch row (whole tiles of TKK keys per block). */
+/* The heavy blocks (nsa_dkdv.h): the selected branch's first INIT_BLOCKS
+ * blocks of each sequence when top-k ran, their rows split so that there
+ * are about 8 groups per compute unit, up to 64 splits. Unsplit, each such
+ * tile's group walks every row of the sequence long after the others are
+ * done. nh: the heavy key rows per batch row (whole tiles of TKK keys per
+ * block). */
 typedef struct {
     int nsplit, nh;
 } heavy_layout;
@@ -36,7 +39,7 @@ typedef struct {
 static heavy_layout heavy_of(const clnsa_context *ctx, const nsa_problem *pb, int tkk)
 {
     heavy_layout hl = {0, 0};
-    if (pb->warp == WARP_OFF || !pb->has_slc || !pb->run_topk || pb->cfg.init_blocks <= 0 || tkk <= 0) return hl;
+    if (!pb->has_slc || !pb->run_topk || pb->cfg.init_blocks <= 0 || tkk <= 0) return hl;
     const int nhb = pb->cfg.init_blocks * (pb->varlen ? pb->N : 1), nsub = (pb->cfg.block_size + tkk - 1) / tkk;
     const int64_t groups = (int64_t)nhb * nsub * pb->H * pb->B;
     const int64_t want = ((int64_t)ctx->info.compute_units * 8 + groups - 1) / groups;
@@ -49,8 +52,8 @@ static heavy_layout heavy_of(const clnsa_context *ctx, const nsa_problem *pb, in
 typedef struct {
     nsa_workspace fwd;
     size_t blk_off, dlt[3], dk32, dv32, dkc32, dvc32, dx, dw32, cnt, lst_start, lst;
-    size_t split_part; /* the compressed dk/dv pass's per-split sums (warp path) */
-    size_t heavy_part; /* the heavy blocks' per-split sums (warp path) */
+    size_t split_part; /* the compressed dk/dv pass's per-split sums */
+    size_t heavy_part; /* the heavy blocks' per-split sums */
     size_t ds, dsc;    /* the selected and compressed branches' dS, with ds_keep, dsc_keep */
     bool ds_keep, dsc_keep;
     heavy_layout heavy;
@@ -158,8 +161,8 @@ static clnsa_status gemm_scratch(clnsa_context *ctx, cl_command_queue queue, con
     return CLNSA_SUCCESS;
 }
 
-/* The warp path's compressed dk/dv pass has one work-group per 16*NW keys
- * (a few dozen): its rows are split so that there are about 16 groups per
+/* The compressed dk/dv pass has one work-group per tile of keys (a few
+ * dozen): its rows are split so that there are about 16 groups per
  * compute unit (nominal tiles of 64 keys), up to 64 splits. The groups'
  * rows differ (causal), so finer splits even them out: at 64k on the H200
  * (anchor configuration) dk/dv took 51.2 ms at 4 groups per unit, 45.9-46.2
@@ -167,10 +170,24 @@ static clnsa_status gemm_scratch(clnsa_context *ctx, cl_command_queue queue, con
  * adding its slices of dk and dv to the workspace (4 MiB a split there). */
 static int cmp_splits(const clnsa_context *ctx, const nsa_problem *pb)
 {
-    if (pb->warp == WARP_OFF || !pb->has_cmp) return 1;
+    if (!pb->has_cmp) return 1;
     const int64_t tiles = ((int64_t)pb->nc_rows + 63) / 64 * pb->H * pb->B;
     const int64_t want = ((int64_t)ctx->info.compute_units * 16 + tiles - 1) / (tiles ? tiles : 1);
     return (int)(want < 1 ? 1 : want > 64 ? 64 : want);
+}
+
+/* The dk/dv pass's parameters on this device (the warp path's in *wp, the
+ * portable one's in *dp; either may be NULL) and its keys per tile, 0 when
+ * no choice fits the device. */
+static int dkdv_tile_keys(clnsa_context *ctx, const nsa_problem *pb, warp_params *wp, dkdv_params *dp)
+{
+    const tune_problem tpb = nsa_tune_problem(pb);
+    warp_params w;
+    dkdv_params d;
+    if (!wp) wp = &w;
+    if (!dp) dp = &d;
+    if (pb->warp != WARP_OFF) return tune_nsa_warp(ctx, TF_NSA_DKDV_WARP, &tpb, wp) == CLNSA_SUCCESS ? (int)(wp->wg / 2) : 0;
+    return tune_nsa_dkdv(ctx, &tpb, dp) == CLNSA_SUCCESS ? dp->tkk : 0;
 }
 
 /* The kept dS regions (DS_KEEP, DSC_KEEP) go last, from cur, so that
@@ -247,13 +264,9 @@ static clnsa_status plan_bwd_workspace(clnsa_context *ctx, cl_command_queue queu
     w->nsplit = cmp_splits(ctx, pb);
     if (w->nsplit > 1)
         w->split_part = take(&cur, (size_t)w->nsplit * rows * H * (size_t)(pb->DK + pb->DV) * sizeof(float));
-    if (pb->warp != WARP_OFF) {
-        const tune_problem tpb = nsa_tune_problem(pb);
-        warp_params wp;
-        if (tune_nsa_warp(ctx, TF_NSA_DKDV_WARP, &tpb, &wp) == CLNSA_SUCCESS) w->heavy = heavy_of(ctx, pb, (int)(wp.wg / 2));
-        if (w->heavy.nsplit > 0)
-            w->heavy_part = take(&cur, (size_t)w->heavy.nsplit * pb->B * w->heavy.nh * H * (size_t)(pb->DK + pb->DV) * sizeof(float));
-    }
+    w->heavy = heavy_of(ctx, pb, dkdv_tile_keys(ctx, pb, NULL, NULL));
+    if (w->heavy.nsplit > 0)
+        w->heavy_part = take(&cur, (size_t)w->heavy.nsplit * pb->B * w->heavy.nh * H * (size_t)(pb->DK + pb->DV) * sizeof(float));
     if (pb->has_slc) {
         const int bs = pb->cfg.block_size;
         w->nblk = (pb->T + bs - 1) / bs + (pb->varlen ? pb->N : 0);
@@ -448,26 +461,22 @@ static clnsa_status plan_split_sums(clnsa_context *ctx, op_plan *p, cl_program p
     return CLNSA_SUCCESS;
 }
 
-/* One launch of the warp dk/dv kernel: `groups` tiles of tkk keys, split
- * nsplit ways (pass: 0 main, 1 the heavy blocks), and the sums of the
- * slices when split. */
-static clnsa_status plan_dkdv_warp(clnsa_context *ctx, op_plan *p, const nsa_problem *pb, const bwd_args *x, int branch,
-                                   bool accum, const char *defines, const warp_params *wp, size_t groups, int pass)
+/* One launch of a dk/dv kernel (`files`; `path_defines`: the path's own, wg
+ * work-items a group): `groups` tiles of tkk keys, split nsplit ways (pass:
+ * 0 main, 1 the heavy blocks), and the sums of the slices when split. */
+static clnsa_status plan_dkdv_pass(clnsa_context *ctx, op_plan *p, const nsa_problem *pb, const bwd_args *x, int branch,
+                                   bool accum, const char *const *files, const char *path_defines, size_t wg, size_t groups,
+                                   int pass)
 {
     const bwd_workspace *w = x->lay;
-    const size_t wg = wp->wg;
-    const int tkk = (int)(wg / 2), nsplit = pass ? w->heavy.nsplit : branch == 0 ? w->nsplit : 1;
+    const int nsplit = pass ? w->heavy.nsplit : branch == 0 ? w->nsplit : 1;
     const bool heavy = branch == 1 && w->heavy.nsplit > 0;
     const bool keep = (branch == 1 && pb->ds_keep) || (branch == 0 && pb->dsc_keep);
-    char d[2560];
-    snprintf(d, sizeof d,
-             "%s#define NW %zu\n#define TKK %d\n#define KC %d\n#define MMA_NV %d\n#define BRANCH %d\n#define DS_KEEP %d\n"
-             "#define ACCUM %d\n#define NSPLIT %d\n#define HEAVY %d\n#define HEAVY_PASS %d\n#define ACC_TRANS 1\n"
-             "#define KSP %d\n",
-             defines, wg / 32, tkk, wp->kc, pb->warp == WARP_NV, branch, keep, accum ? 1 : 0, nsplit, heavy, pass,
-             nsa_ds_row(pb));
+    char d[3072];
+    snprintf(d, sizeof d, "%s#define ACCUM %d\n#define NSPLIT %d\n#define HEAVY %d\n#define HEAVY_PASS %d\n", path_defines,
+             accum ? 1 : 0, nsplit, heavy, pass);
     cl_program prog;
-    CHECK(program_get(ctx, dkdv_warp_files, d, &prog));
+    CHECK(program_get(ctx, files, d, &prog));
     kargs a;
     CHECK(plan_add_kernel(ctx, p, prog, "nsa_bwd_dkdv", (size_t[3]){wg * groups * (size_t)nsplit, (size_t)pb->H, (size_t)pb->B},
                           wg, &a, pb->idx_long));
@@ -482,39 +491,37 @@ static clnsa_status plan_dkdv_warp(clnsa_context *ctx, op_plan *p, const nsa_pro
     return split ? plan_split_sums(ctx, p, prog, pb, x, pass, nkeys, part, dst) : CLNSA_SUCCESS;
 }
 
-/* dk/dv partial sums of one branch (0 cmp, 1 slc, 2 swa). */
+/* dk/dv partial sums of one branch (0 cmp, 1 slc, 2 swa): the main pass,
+ * then the heavy blocks' (branch 1). */
 static clnsa_status plan_dkdv(clnsa_context *ctx, op_plan *p, const nsa_problem *pb, const bwd_args *x, int branch,
                               bool accum, const char *defines)
 {
     const bwd_workspace *w = x->lay;
-    const tune_problem tpb = nsa_tune_problem(pb);
     const bool warp = pb->warp != WARP_OFF;
     dkdv_params dp;
     warp_params wp;
-    if ((warp ? tune_nsa_warp(ctx, TF_NSA_DKDV_WARP, &tpb, &wp) : tune_nsa_dkdv(ctx, &tpb, &dp)) != CLNSA_SUCCESS)
+    const int tkk = dkdv_tile_keys(ctx, pb, &wp, &dp);
+    if (tkk <= 0)
         return cx_fail(ctx, CLNSA_ERROR_UNSUPPORTED_DEVICE, "device: the dk/dv pass needs more local memory than the %llu bytes it has",
                        (unsigned long long)ctx->info.local_mem_size);
-    const int tkk = warp ? (int)(wp.wg / 2) : dp.tkk, nsub = (pb->cfg.block_size + tkk - 1) / tkk;
-    const int nkeys = branch == 0 ? pb->nc_rows : pb->T;
+    const int nsub = (pb->cfg.block_size + tkk - 1) / tkk, nkeys = branch == 0 ? pb->nc_rows : pb->T;
     const size_t groups = branch == 1 ? (size_t)w->nblk * nsub : (size_t)(nkeys + tkk - 1) / tkk;
-    if (warp) { /* a warp per 16 keys */
-        CHECK(plan_dkdv_warp(ctx, p, pb, x, branch, accum, defines, &wp, groups, 0));
-        const int nhb = w->heavy.nh / (nsub * tkk);
-        return branch == 1 && w->heavy.nsplit > 0
-                   ? plan_dkdv_warp(ctx, p, pb, x, branch, accum, defines, &wp, (size_t)nhb * nsub, 1)
-                   : CLNSA_SUCCESS;
-    }
     char d[2560];
-    snprintf(d, sizeof d, "%s#define WG %zu\n#define TKK %d\n#define RQ %d\n#define DK_N %zu\n#define DV_N %zu\n#define BRANCH %d\n#define ACCUM %d\n",
-             defines, dp.wg, dp.tkk, dp.rq, ((size_t)dp.tkk * pb->DK + dp.wg - 1) / dp.wg,
-             ((size_t)dp.tkk * pb->DV + dp.wg - 1) / dp.wg, branch, accum ? 1 : 0);
-    cl_program prog;
-    CHECK(program_get(ctx, dkdv_files, d, &prog));
-    kargs a;
-    CHECK(plan_add_kernel(ctx, p, prog, "nsa_bwd_dkdv", (size_t[3]){dp.wg * groups, (size_t)pb->H, (size_t)pb->B}, dp.wg, &a,
-                          pb->idx_long));
-    dkdv_args(&a, pb, x, branch, nkeys, branch == 0 ? w->dkc32 : w->dk32, branch == 0 ? w->dvc32 : w->dv32);
-    return plan_args_done(ctx, &a, "nsa_bwd_dkdv arguments");
+    if (warp) /* a warp per 16 keys */
+        snprintf(d, sizeof d, "%s#define NW %zu\n#define TKK %d\n#define KC %d\n#define MMA_NV %d\n#define BRANCH %d\n"
+                 "#define DS_KEEP %d\n#define ACC_TRANS 1\n#define KSP %d\n",
+                 defines, wp.wg / 32, tkk, wp.kc, pb->warp == WARP_NV, branch,
+                 (branch == 1 && pb->ds_keep) || (branch == 0 && pb->dsc_keep), nsa_ds_row(pb));
+    else
+        snprintf(d, sizeof d, "%s#define WG %zu\n#define TKK %d\n#define RQ %d\n#define DK_N %zu\n#define DV_N %zu\n#define BRANCH %d\n",
+                 defines, dp.wg, tkk, dp.rq, ((size_t)tkk * pb->DK + dp.wg - 1) / dp.wg, ((size_t)tkk * pb->DV + dp.wg - 1) / dp.wg,
+                 branch);
+    const char *const *files = warp ? dkdv_warp_files : dkdv_files;
+    const size_t wg = warp ? wp.wg : dp.wg;
+    CHECK(plan_dkdv_pass(ctx, p, pb, x, branch, accum, files, d, wg, groups, 0));
+    const int nhb = w->heavy.nh / (nsub * tkk);
+    return branch == 1 && w->heavy.nsplit > 0 ? plan_dkdv_pass(ctx, p, pb, x, branch, accum, files, d, wg, (size_t)nhb * nsub, 1)
+                                              : CLNSA_SUCCESS;
 }
 
 static void compress_row_args(kargs *a, const nsa_problem *pb, const bwd_args *x)

@@ -81,17 +81,26 @@ inline void attend_scores(ATTN_SMEM_PARAMS, float acc[ACC_N], int nk, int lid)
 #define TILE_SC TILE_SC_OF(GT, TK, WG)
 #define TILE_COLS (TK / TILE_SC)
 
-/* One key tile of nk keys, already in ks / vs: the scores, then
- * attend_scores. Ends with a barrier. Keys past nk read row nk-1 (rows
- * past it were not loaded) and are masked. */
+/* Score tile `it` of a key tile of nk keys (already in ks): its first row
+ * (*g0), its first key (*jt; its keys are TILE_COLS apart) and its dot
+ * products. Keys past nk read row nk-1 (rows past it were not loaded); the
+ * caller masks them. */
+inline void score_tile_dots(ATTN_SMEM_PARAMS, int it, int nk, int *g0, int *jt, float dot[2][2])
+{
+    int krow[2];
+    *g0 = score_tile(it, TILE_COLS, TILE_SR, jt);
+    for (int c = 0; c < TILE_SC; ++c) krow[c] = min(*jt + c * TILE_COLS, nk - 1) * KPAD(DK);
+    dot_tile(qs, DK, *g0, ks, krow, DK, TILE_SR, TILE_SC, dot);
+}
+
+/* One key tile of nk keys, already in ks / vs: the scores (keys past nk
+ * masked), then attend_scores. Ends with a barrier. */
 inline void attend_tile(ATTN_SMEM_PARAMS, float acc[ACC_N], int nk, float scale, int lid)
 {
     for (int it = lid; it < GT / TILE_SR * TILE_COLS; it += WG) {
-        int j0, krow[2];
+        int g0, j0;
         float dot[2][2];
-        const int g0 = score_tile(it, TILE_COLS, TILE_SR, &j0);
-        for (int c = 0; c < TILE_SC; ++c) krow[c] = min(j0 + c * TILE_COLS, nk - 1) * KPAD(DK);
-        dot_tile(qs, DK, g0, ks, krow, DK, TILE_SR, TILE_SC, dot);
+        score_tile_dots(ATTN_SMEM, it, nk, &g0, &j0, dot);
         for (int r = 0; r < TILE_SR; ++r)
             for (int c = 0; c < TILE_SC; ++c) {
                 const int j = j0 + c * TILE_COLS;

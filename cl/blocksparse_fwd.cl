@@ -53,11 +53,9 @@ __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void bs_fwd(FWD_PARAMS)
         for (int x0 = 0; x0 < GT / TILE_SR * TILE_COLS; x0 += WG) {
             const int it = x0 + lid;
             if (it >= GT / TILE_SR * TILE_COLS) break;
-            int jt, krow[2];
+            int g0, jt;
             float dot[2][2];
-            const int g0 = score_tile(it, TILE_COLS, TILE_SR, &jt);
-            for (int c = 0; c < TILE_SC; ++c) krow[c] = min(jt + c * TILE_COLS, nk - 1) * KPAD(DK);
-            dot_tile(qs, DK, g0, ks, krow, DK, TILE_SR, TILE_SC, dot);
+            score_tile_dots(ATTN_SMEM, it, nk, &g0, &jt, dot);
             for (int r = 0; r < TILE_SR; ++r)
                 for (int c = 0; c < TILE_SC; ++c) {
                     const int g = g0 + r, j = jt + c * TILE_COLS;

@@ -23,9 +23,11 @@ static test_env env;
 static char tmpdir[64];
 
 /* The shape class of the PoCL entries in tuning/pocl.json. */
-static const tune_problem tiny = {32, 32, 4, 16, CLNSA_DTYPE_F32, 4, 16, 16, false, false, 0};
+static const tune_problem tiny = {.dk = 32, .dv = 32, .g = 4, .block = 16, .dtype = CLNSA_DTYPE_F32, .S = 4, .cmp_block = 16,
+                                  .cmp_stride = 16};
 /* A shape class no built-in entry names. */
-static const tune_problem other = {24, 16, 3, 8, CLNSA_DTYPE_F16, 3, 8, 8, false, false, 0};
+static const tune_problem other = {.dk = 24, .dv = 16, .g = 3, .block = 8, .dtype = CLNSA_DTYPE_F16, .S = 3, .cmp_block = 8,
+                                   .cmp_stride = 8};
 
 static const char *write_file(const char *name, const char *text)
 {
@@ -412,7 +414,7 @@ static void test_blocksparse_families(void **state)
 {
     (void)state;
     const clnsa_device_info *info = clnsa_context_device_info(env.ctx);
-    const tune_problem bs = {32, 32, 4, 0, CLNSA_DTYPE_F32, 0, 0, 0, false, false, 0};
+    const tune_problem bs = {.dk = 32, .dv = 32, .g = 4, .dtype = CLNSA_DTYPE_F32};
     char text[1024];
     snprintf(text, sizeof text,
              "{\"clnsa_tuning\": 1, \"entries\": [\n"

@@ -325,7 +325,8 @@ static int tune_family_in(const cli_env *env, const tune_opts *o, int family, do
      * others time the top-k as its own kernel (its JB comes from that
      * family). Set before this family's build threads start. */
     setenv("CLNSA_FUSED_TOPK", family == TF_NSA_FWD_FUSED_WARP ? "1" : "0", 1);
-    tune_problem pb = {o->D, o->DV, o->G, o->block, cli_dtype_from_choice(o->dtype), o->S, o->block, o->block, false, false, 0};
+    tune_problem pb = {.dk = o->D, .dv = o->DV, .g = o->G, .block = o->block, .dtype = cli_dtype_from_choice(o->dtype), .S = o->S,
+                       .cmp_block = o->block, .cmp_stride = o->block};
     if (warp) {
         const warp_mode wm = device_warp_mode(env->ctx, pb.dtype);
         if (wm == WARP_OFF) {

@@ -63,8 +63,9 @@ typedef struct {
 /* The tuning key of a call (src/tuning): its shape class and top-k's sizes. */
 static inline tune_problem nsa_tune_problem(const nsa_problem *pb)
 {
-    tune_problem t = {pb->DK, pb->DV, pb->G, pb->cfg.block_size, pb->dtype, pb->S, pb->cfg.cmp_block, pb->cfg.cmp_stride,
-                      false, pb->warp == WARP_EMULATED, pb->fused_topk ? pb->topk_jb : 0};
+    tune_problem t = {.dk = pb->DK, .dv = pb->DV, .g = pb->G, .block = pb->cfg.block_size, .dtype = pb->dtype, .S = pb->S,
+                      .cmp_block = pb->cfg.cmp_block, .cmp_stride = pb->cfg.cmp_stride,
+                      .warp_emulated = pb->warp == WARP_EMULATED, .fused_jb = pb->fused_topk ? pb->topk_jb : 0};
     return t;
 }
 

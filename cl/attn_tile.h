@@ -83,14 +83,12 @@ inline void attend_scores(ATTN_SMEM_PARAMS, float acc[ACC_N], int nk, int lid)
 
 /* Score tile `it` of a key tile of nk keys (already in ks): its first row
  * (*g0), its first key (*jt; its keys are TILE_COLS apart) and its dot
- * products. Keys past nk read row nk-1 (rows past it were not loaded); the
- * caller masks them. */
+ * products; the caller masks keys past nk (score_tile). */
 inline void score_tile_dots(ATTN_SMEM_PARAMS, int it, int nk, int *g0, int *jt, float dot[2][2])
 {
-    int krow[2];
-    *g0 = score_tile(it, TILE_COLS, TILE_SR, jt);
-    for (int c = 0; c < TILE_SC; ++c) krow[c] = min(*jt + c * TILE_COLS, nk - 1) * KPAD(DK);
-    dot_tile(qs, DK, *g0, ks, krow, DK, TILE_SR, TILE_SC, dot);
+    int key[2];
+    *g0 = score_tile(it, TILE_COLS, TILE_SR, TILE_SC, nk, jt, key);
+    dot_tile(qs, DK, *g0, ks, KPAD(DK), key, DK, TILE_SR, TILE_SC, dot);
 }
 
 /* One key tile of nk keys, already in ks / vs: the scores (keys past nk

@@ -125,25 +125,28 @@ inline void load_tile(__local float *dst, int dst_stride, int nrows, int ncols,
 
 /* Score tile `it` of a work-group's rows x keys products, cut in tiles of
  * sr rows by sc keys that lie cols = keys / sc apart (so that neighbouring
- * work-items read neighbouring rows): its first row; *j0 its first key. */
-inline int score_tile(int it, int cols, int sr, int *j0)
+ * work-items read neighbouring rows): its first row; *jt its first key,
+ * key[c] its keys clamped to the nk loaded (a key past them reads key
+ * nk-1's row, and the caller masks its products). */
+inline int score_tile(int it, int cols, int sr, int sc, int nk, int *jt, int *key)
 {
     const int gt = it / cols;
-    *j0 = rem_of(it, gt, cols);
+    *jt = rem_of(it, gt, cols);
+    for (int c = 0; c < sc; ++c) key[c] = min(*jt + c * cols, nk - 1);
     return gt * sr;
 }
 
-/* dot[r][c] = a[row0 + r] . b[brow[c]] over n elements, for r < sr and
- * c < sc (sr, sc <= 2, constants at the call site): rows of `a` are
- * a_stride apart, brow[c] is the offset of b's row. */
-inline void dot_tile(__local const float *a, int a_stride, int row0, __local const float *b, const int *brow, int n,
-                     int sr, int sc, float dot[2][2])
+/* dot[r][c] = a[row0 + r] . b[key[c]] over n elements, for r < sr and
+ * c < sc (sr, sc <= 2, constants at the call site); rows of a and b are
+ * a_stride and b_stride apart. */
+inline void dot_tile(__local const float *a, int a_stride, int row0, __local const float *b, int b_stride, const int *key,
+                     int n, int sr, int sc, float dot[2][2])
 {
     for (int r = 0; r < sr; ++r)
         for (int c = 0; c < sc; ++c) dot[r][c] = 0.0f;
     for (int d = 0; d < n; ++d) {
         float bd[2];
-        for (int c = 0; c < sc; ++c) bd[c] = b[brow[c] + d];
+        for (int c = 0; c < sc; ++c) bd[c] = b[key[c] * b_stride + d];
         for (int r = 0; r < sr; ++r) {
             const float ad = a[(row0 + r) * a_stride + d];
             for (int c = 0; c < sc; ++c) dot[r][c] = fma(ad, bd[c], dot[r][c]);

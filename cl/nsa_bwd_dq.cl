@@ -23,21 +23,16 @@
 #define TILE_COLS (TK / TILE_SC)
 #define DQ_ONE_COL (WG % DK == 0)
 
-/* One key tile of nk keys, already in ks / vs: ds into ps, then dq. Keys
- * past nk read row nk-1 (rows past it were not loaded) and get ds = 0. */
+/* One key tile of nk keys, already in ks / vs: ds into ps (0 for keys past
+ * nk, score_tile), then dq. */
 inline void dq_tile(DQ_SMEM_PARAMS, float dq[DQ_N], int nk, float scale, int lid)
 {
     for (int it = lid; it < GT / TILE_SR * TILE_COLS; it += WG) {
-        int jt, krow[2], vrow[2];
+        int jt, key[2];
         float s[2][2], dp[2][2];
-        const int g0 = score_tile(it, TILE_COLS, TILE_SR, &jt);
-        for (int c = 0; c < TILE_SC; ++c) {
-            const int j = min(jt + c * TILE_COLS, nk - 1);
-            krow[c] = j * KPAD(DK);
-            vrow[c] = j * KPAD(DV);
-        }
-        dot_tile(qs, DK, g0, ks, krow, DK, TILE_SR, TILE_SC, s);
-        dot_tile(dos, DV, g0, vs, vrow, DV, TILE_SR, TILE_SC, dp);
+        const int g0 = score_tile(it, TILE_COLS, TILE_SR, TILE_SC, nk, &jt, key);
+        dot_tile(qs, DK, g0, ks, KPAD(DK), key, DK, TILE_SR, TILE_SC, s);
+        dot_tile(dos, DV, g0, vs, KPAD(DV), key, DV, TILE_SR, TILE_SC, dp);
         for (int r = 0; r < TILE_SR; ++r)
             for (int c = 0; c < TILE_SC; ++c) {
                 const int g = g0 + r, j = jt + c * TILE_COLS;

@@ -461,6 +461,13 @@ static clnsa_status plan_split_sums(clnsa_context *ctx, op_plan *p, cl_program p
     return CLNSA_SUCCESS;
 }
 
+/* Whether a branch's dk/dv pass writes its dS for dq (DS_KEEP: the
+ * selected branch's with ds_keep, the compressed one's with dsc_keep). */
+static bool keeps_ds(const nsa_problem *pb, int branch)
+{
+    return (branch == 1 && pb->ds_keep) || (branch == 0 && pb->dsc_keep);
+}
+
 /* One launch of a dk/dv kernel (`files`; `path_defines`: the path's own, wg
  * work-items a group): `groups` tiles of tkk keys, split nsplit ways (pass:
  * 0 main, 1 the heavy blocks), and the sums of the slices when split. */
@@ -471,7 +478,7 @@ static clnsa_status plan_dkdv_pass(clnsa_context *ctx, op_plan *p, const nsa_pro
     const bwd_workspace *w = x->lay;
     const int nsplit = pass ? w->heavy.nsplit : branch == 0 ? w->nsplit : 1;
     const bool heavy = branch == 1 && w->heavy.nsplit > 0;
-    const bool keep = (branch == 1 && pb->ds_keep) || (branch == 0 && pb->dsc_keep);
+    const bool keep = keeps_ds(pb, branch);
     char d[3072];
     snprintf(d, sizeof d, "%s#define ACCUM %d\n#define NSPLIT %d\n#define HEAVY %d\n#define HEAVY_PASS %d\n", path_defines,
              accum ? 1 : 0, nsplit, heavy, pass);
@@ -511,7 +518,7 @@ static clnsa_status plan_dkdv(clnsa_context *ctx, op_plan *p, const nsa_problem 
         snprintf(d, sizeof d, "%s#define NW %zu\n#define TKK %d\n#define KC %d\n#define MMA_NV %d\n#define BRANCH %d\n"
                  "#define DS_KEEP %d\n#define ACC_TRANS 1\n#define KSP %d\n",
                  defines, wp.wg / 32, tkk, wp.kc, pb->warp == WARP_NV, branch,
-                 (branch == 1 && pb->ds_keep) || (branch == 0 && pb->dsc_keep), nsa_ds_row(pb));
+                 keeps_ds(pb, branch), nsa_ds_row(pb));
     else
         snprintf(d, sizeof d, "%s#define WG %zu\n#define TKK %d\n#define RQ %d\n#define DK_N %zu\n#define DV_N %zu\n#define BRANCH %d\n",
                  defines, dp.wg, tkk, dp.rq, ((size_t)tkk * pb->DK + dp.wg - 1) / dp.wg, ((size_t)tkk * pb->DV + dp.wg - 1) / dp.wg,

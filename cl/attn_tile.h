@@ -8,7 +8,7 @@
  * DK, DV (head dims), TK (keys per tile), ACC_N = ceil(GT*DV / WG)
  * (output elements each work-item owns).
  *
- * Local memory (floats): qs[GT*DK], ks[TK*KPAD(DK)], vs[TK*DV], ps[GT*TK],
+ * Local memory (floats): qs[GT*DK], ks[TK*KPAD(DK)], vs[TK*KPAD(DV)], ps[GT*TK],
  * and m, l, alpha[GT] (running max, running sum, last rescale factor).
  * Rows past the real head count hold zero queries; their results are unused.
  */
@@ -41,7 +41,7 @@ inline void accumulate_pv(ATTN_SMEM_PARAMS, float acc[ACC_N], int nk, int lid)
         col[i] = rem_of(idx, g, DV);
         if (row[i] >= 0) acc[i] *= alpha[row[i]];
     }
-    accumulate_rows(ps, TK, vs, DV, row, col, acc, ACC_N, nk, PV_ONE_COL);
+    accumulate_rows(ps, TK, vs, KPAD(DV), row, col, acc, ACC_N, nk, PV_ONE_COL);
 }
 
 /* The online-softmax step of one key tile whose scores are already in ps
@@ -120,7 +120,7 @@ inline void attend_range(ATTN_SMEM_PARAMS, float acc[ACC_N], float scale, int li
         int nk = min(TK, n - k0);
         idx_t r = (idx_t)(key0 + k0);
         load_tile(ks, KPAD(DK), nk, DK, k, k_base + r * k_rs, k_rs, k_cs, lid, WG);
-        load_tile(vs, DV, nk, DV, v, v_base + r * v_rs, v_rs, v_cs, lid, WG);
+        load_tile(vs, KPAD(DV), nk, DV, v, v_base + r * v_rs, v_rs, v_cs, lid, WG);
         barrier(CLK_LOCAL_MEM_FENCE);
         attend_tile(ATTN_SMEM, acc, nk, scale, lid);
     }

@@ -94,9 +94,7 @@ inline void tile_probs(__local const float *qs, __local const float *ks, __local
         if (g < nq && j < nk && l != -INFINITY &&
             (!partial || bs_visible(qpos[g], qseg[g], kpos[j], kseg[j], wl, wr, has_seg,
                                     bs_map_on(map, mbase, map_st.z, map_st.w, QB, KB, min(i0 + g, Tq - 1), j0 + j)))) {
-            float dot = 0.0f;
-            for (int d = 0; d < DK; ++d) dot = fma(qs[g * DK + d], ks[j * KPAD(DK) + d], dot);
-            p = exp(bs_score(dot, scale, softcap, &c) - l);
+            p = exp(bs_score(dot_rows(qs, DK, g, ks, KPAD(DK), j, DK), scale, softcap, &c) - l);
         }
         ps[x] = p;
 #if SOFTCAP
@@ -118,9 +116,7 @@ inline void tile_dz(__local float *ps, __local const float *cs, __local const fl
         const float p = ps[x];
         float dz = 0.0f;
         if (p != 0.0f) {
-            float dp = 0.0f;
-            for (int d = 0; d < DV; ++d) dp = fma(dos[g * DV + d], vs[j * KPAD(DV) + d], dp);
-            dz = p * (dp - dl_s[g]);
+            dz = p * (dot_rows(dos, DV, g, vs, KPAD(DV), j, DV) - dl_s[g]);
 #if SOFTCAP
             dz *= cs[x];
 #else
@@ -151,7 +147,8 @@ __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void bs_bwd_dkdv(
     BWD_IN_PARAMS, __global store_t *dk, idx_t dk_off, idx4_t dk_st, __global store_t *dv, idx_t dv_off,
     idx4_t dv_st)
 {
-    __local float qs[BQ * DK], dos[BQ * DV], ks[BK * KPAD(DK)], vs[BK * KPAD(DV)], ps[BQ * BK], cs[CS_LEN];
+    __local float qs[BQ * DK] LOCAL_TILE, dos[BQ * DV] LOCAL_TILE, ks[BK * KPAD(DK)] LOCAL_TILE;
+    __local float vs[BK * KPAD(DV)] LOCAL_TILE, ps[BQ * BK] LOCAL_TILE, cs[CS_LEN];
     __local float lse_s[BQ], dl_s[BQ];
     __local int qpos[BQ], qseg[BQ], kpos[BK], kseg[BK];
     const int lid = get_local_id(0);
@@ -225,7 +222,8 @@ __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void bs_bwd_dkdv(
 __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void bs_bwd_dq(
     BWD_IN_PARAMS, __global store_t *dq, idx_t dq_off, idx4_t dq_st)
 {
-    __local float qs[BQ * DK], dos[BQ * DV], ks[BK * KPAD(DK)], vs[BK * KPAD(DV)], ps[BQ * BK], cs[CS_LEN];
+    __local float qs[BQ * DK] LOCAL_TILE, dos[BQ * DV] LOCAL_TILE, ks[BK * KPAD(DK)] LOCAL_TILE;
+    __local float vs[BK * KPAD(DV)] LOCAL_TILE, ps[BQ * BK] LOCAL_TILE, cs[CS_LEN];
     __local float lse_s[BQ], dl_s[BQ];
     __local int qpos[BQ], qseg[BQ], kpos[BK], kseg[BK];
     const int lid = get_local_id(0);

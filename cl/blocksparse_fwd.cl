@@ -11,7 +11,8 @@
 
 __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void bs_fwd(FWD_PARAMS)
 {
-    __local float qs[GT * DK], ks[TK * KPAD(DK)], vs[TK * DV], ps[GT * TK], m_run[GT], l_run[GT], alpha[GT];
+    __local float qs[GT * DK] LOCAL_TILE, ks[TK * KPAD(DK)] LOCAL_TILE, vs[TK * KPAD(DV)] LOCAL_TILE;
+    __local float ps[GT * TK] LOCAL_TILE, m_run[GT], l_run[GT], alpha[GT];
     __local int qpos[GT], qseg[GT], kpos[TK], kseg[TK];
     const int lid = get_local_id(0);
     const int qt = get_group_id(0), hq = get_group_id(1), b = get_group_id(2), h = hq / G;
@@ -43,7 +44,7 @@ __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void bs_fwd(FWD_PARAMS)
         const bool partial = t >= nfull;
         const int j0 = kt * TK, nk = min(TK, Tk - j0);
         load_tile(ks, KPAD(DK), nk, DK, k, at4(k_off, k_st, b, j0, h, 0), k_st.y, k_st.w, lid, WG);
-        load_tile(vs, DV, nk, DV, v, at4(v_off, v_st, b, j0, h, 0), v_st.y, v_st.w, lid, WG);
+        load_tile(vs, KPAD(DV), nk, DV, v, at4(v_off, v_st, b, j0, h, 0), v_st.y, v_st.w, lid, WG);
         for (int j = lid; j < TK; j += WG) {
             const int jj = min(j0 + j, Tk - 1);
             kpos[j] = pos_k ? pos_k[bs_at2(pk_off, pk_st, b, jj)] : jj;

@@ -92,7 +92,8 @@ inline void dq_rows(DQ_SMEM_PARAMS, int ng, int lid, __global const float *lse, 
 __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void nsa_bwd_dq(
     NSA_QUERY_ARGS, NSA_DQ_OUT_ARGS)
 {
-    __local float qs[GT * DK], dos[GT * DV], ks[TK * KPAD(DK)], vs[TK * KPAD(DV)], ps[GT * TK];
+    __local float qs[GT * DK] LOCAL_TILE, dos[GT * DV] LOCAL_TILE, ks[TK * KPAD(DK)] LOCAL_TILE;
+    __local float vs[TK * KPAD(DV)] LOCAL_TILE, ps[GT * TK] LOCAL_TILE;
     __local float row_lse[GT], row_d[GT], row_g[GT];
     const int lid = get_local_id(0);
     cu += cu0;

@@ -79,9 +79,10 @@ inline void finish_branch_pre(ATTN_SMEM_PARAMS, const float acc[ACC_N], __local 
 __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void nsa_fwd(
     NSA_QUERY_ARGS, NSA_FWD_OUT_ARGS)
 {
-    __local float qs[GT * DK], ks[TK * KPAD(DK)], vs[TK * DV], ps[GT * TK], m_run[GT], l_run[GT], alpha[GT];
+    __local float qs[GT * DK] LOCAL_TILE, ks[TK * KPAD(DK)] LOCAL_TILE, vs[TK * KPAD(DV)] LOCAL_TILE;
+    __local float ps[GT * TK] LOCAL_TILE, m_run[GT], l_run[GT], alpha[GT];
 #if BWD_PRE
-    __local float red[GT * DV];
+    __local float red[GT * DV] LOCAL_TILE;
 #endif
     const int lid = get_local_id(0);
     cu += cu0;

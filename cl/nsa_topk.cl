@@ -30,9 +30,7 @@ inline void tile_scores(__local const float *qs, __local const float *ks, __loca
         int g = idx / TK, j = idx - g * TK;
         float s = -INFINITY;
         if (j < nk && g < ng) {
-            float dot = 0.0f;
-            for (int d = 0; d < DK; ++d) dot = fma(qs[g * DK + d], ks[j * KPAD(DK) + d], dot);
-            s = dot * scale;
+            s = dot_rows(qs, DK, g, ks, KPAD(DK), j, DK) * scale;
         }
         ps[idx] = s;
     }
@@ -46,7 +44,8 @@ __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void nsa_topk(
     __global int *bidx, idx_t bi_off, idx4_t bi_st,
     int T, float scale)
 {
-    __local float qs[GT * DK], ks[TK * KPAD(DK)], ps[GT * TK], lse[G], pc[PC_MAX], bsc[JB], tv[S];
+    __local float qs[GT * DK] LOCAL_TILE, ks[TK * KPAD(DK)] LOCAL_TILE, ps[GT * TK] LOCAL_TILE, lse[G], pc[PC_MAX];
+    __local float bsc[JB], tv[S];
     __local int ti[S];
     const int lid = get_local_id(0);
     cu += cu0;

@@ -12,16 +12,17 @@
 
 /* ------------------------------------------------------- local memory */
 
+/* common.h's KPAD: the row stride of a local key tile. */
+static size_t kpad(size_t d) { return d + 1; }
+
 /* Floats of local memory each per-query kernel declares (see the .cl):
- * qs[GT*DK], ks[TK*(DK+1)], ps[GT*TK], m, l, alpha[GT], and the values
- * (forward: vs[TK*DV], the prologue also red[GT*DV]; dq: dos[GT*DV] and
- * vs[TK*(DV+1)]). */
+ * qs[GT*DK], ks[TK*KPAD(DK)], vs[TK*KPAD(DV)], ps[GT*TK], m, l, alpha[GT], and
+ * (the prologue) red[GT*DV] or (dq) dos[GT*DV]. */
 static size_t attn_bytes(attn_kind kind, const int *v, const tune_problem *pb)
 {
     const size_t gt = (size_t)v[1], tk = (size_t)v[2], dk = (size_t)pb->dk, dv = (size_t)pb->dv;
-    size_t f = gt * dk + tk * (dk + 1) + gt * tk + 3u * gt;
-    if (kind == ATTN_DQ) f += gt * dv + tk * (dv + 1);
-    else f += tk * dv + (kind == ATTN_BWD_PRE ? gt * dv : 0);
+    size_t f = gt * dk + tk * (kpad(dk) + kpad(dv)) + gt * tk + 3u * gt;
+    if (kind != ATTN_FWD) f += gt * dv;
     return sizeof(float) * f;
 }
 
@@ -34,36 +35,37 @@ static int64_t topk_pc_max(int jb, const tune_problem *pb)
     return ((int64_t)jb * pb->block + pb->cmp_block - 2) / pb->cmp_stride + 2;
 }
 
-/* qs[GT*DK], ks[TK*(DK+1)], ps[GT*TK], lse[G], pc[PC_MAX], bsc[JB], tv/ti[S]. */
+/* qs[GT*DK], ks[TK*KPAD(DK)], ps[GT*TK], lse[G], pc[PC_MAX], bsc[JB], tv/ti[S]. */
 static size_t topk_bytes(const int *v, const tune_problem *pb)
 {
     const size_t gt = (size_t)v[1], tk = (size_t)v[2], jb = (size_t)v[3], dk = (size_t)pb->dk;
-    return sizeof(float) * (gt * dk + tk * (dk + 1) + gt * tk + (size_t)pb->g + (size_t)topk_pc_max(v[3], pb) + jb +
+    return sizeof(float) * (gt * dk + tk * kpad(dk) + gt * tk + (size_t)pb->g + (size_t)topk_pc_max(v[3], pb) + jb +
                             2u * (size_t)pb->S);
 }
 
-/* qs[RQ*DK], dos[RQ*DV], ks[TKK*(DK+1)], vs[TKK*(DV+1)], pp, dss[RQ*TKK],
- * three per-row and three per-key arrays. */
+/* qs[RQ*DK], dos[RQ*DV], ks[TKK*KPAD(DK)], vs[TKK*KPAD(DV)], pp,
+ * dss[RQ*TKK], four 4-byte and two offset arrays per row, three per key. */
 static size_t dkdv_bytes(const int *v, const tune_problem *pb)
 {
     const size_t tkk = (size_t)v[1], rq = (size_t)v[2], dk = (size_t)pb->dk, dv = (size_t)pb->dv;
-    return sizeof(float) * (rq * (dk + dv) + tkk * (dk + dv + 2) + 2u * rq * tkk + 3u * rq + 3u * tkk);
+    return sizeof(float) * (rq * (dk + dv) + tkk * (kpad(dk) + kpad(dv)) + 2u * rq * tkk + 4u * rq + 3u * tkk) +
+           2u * sizeof(int64_t) * rq;
 }
 
-/* Block-sparse forward: qs[BQ*D], ks[BK*(D+1)], vs[BK*DV], ps[BQ*BK], m, l,
+/* Block-sparse forward: qs[BQ*D], ks[BK*KPAD(D)], vs[BK*KPAD(DV)], ps[BQ*BK], m, l,
  * alpha[BQ], and the int positions / segment ids of both tiles. */
 static size_t bs_fwd_bytes(const int *v, const tune_problem *pb)
 {
     const size_t bq = (size_t)v[1], bk = (size_t)v[2], d = (size_t)pb->dk, dv = (size_t)pb->dv;
-    return sizeof(float) * (bq * d + bk * (d + 1) + bk * dv + bq * bk + 3u * bq) + sizeof(int) * 2u * (bq + bk);
+    return sizeof(float) * (bq * d + bk * (kpad(d) + kpad(dv)) + bq * bk + 3u * bq) + sizeof(int) * 2u * (bq + bk);
 }
 
-/* Block-sparse backward: qs[BQ*D], dos[BQ*DV], ks[BK*(D+1)], vs[BK*(DV+1)],
+/* Block-sparse backward: qs[BQ*D], dos[BQ*DV], ks[BK*KPAD(D)], vs[BK*KPAD(DV)],
  * ps[BQ*BK], cs[BQ*BK] (soft cap), lse and delta [BQ], and the ints. */
 static size_t bs_bwd_bytes(const int *v, const tune_problem *pb)
 {
     const size_t bq = (size_t)v[1], bk = (size_t)v[2], d = (size_t)pb->dk, dv = (size_t)pb->dv;
-    return sizeof(float) * (bq * (d + dv) + bk * (d + 1 + dv + 1) + bq * bk * (pb->softcap ? 2u : 1u) + 2u * bq + 1u) +
+    return sizeof(float) * (bq * (d + dv) + bk * (kpad(d) + kpad(dv)) + bq * bk * (pb->softcap ? 2u : 1u) + 2u * bq + 1u) +
            sizeof(int) * 2u * (bq + bk);
 }
 

@@ -31,6 +31,28 @@ inline void accumulate_dkdv(__local const float *pp, __local const float *dss, _
                             __local const float *dos, float *dka, float *dva, float scale, int lid)
 {
     float a[DK_N];
+#if WG == DV && WG == DK && TKK % 4 == 0
+    /* work-item lid owns column lid of every key's dv and dk, so its
+     * outputs' keys are 0 .. TKK-1 in order, and a row's probabilities
+     * and dS are read four at a time, one read for the whole warp */
+    for (int i = 0; i < TKK; ++i) a[i] = 0.0f;
+    for (int r = 0; r < RQ; ++r) {
+        const float dov = dos[r * DV + lid], qv = qs[r * DK + lid];
+        for (int i = 0; i < TKK; i += 4) {
+            const float4 p4 = *(__local const float4 *)(pp + r * TKK + i);
+            const float4 s4 = *(__local const float4 *)(dss + r * TKK + i);
+            dva[i] = fma(p4.x, dov, dva[i]);
+            dva[i + 1] = fma(p4.y, dov, dva[i + 1]);
+            dva[i + 2] = fma(p4.z, dov, dva[i + 2]);
+            dva[i + 3] = fma(p4.w, dov, dva[i + 3]);
+            a[i] = fma(s4.x, qv, a[i]);
+            a[i + 1] = fma(s4.y, qv, a[i + 1]);
+            a[i + 2] = fma(s4.z, qv, a[i + 2]);
+            a[i + 3] = fma(s4.w, qv, a[i + 3]);
+        }
+    }
+    for (int i = 0; i < TKK; ++i) dka[i] = fma(scale, a[i], dka[i]);
+#else
     int vkey[DV_N], vcol[DV_N], kkey[DK_N], kcol[DK_N]; /* each output's key j and column d */
     for (int i = 0; i < DV_N; ++i) {
         const int idx = lid + i * WG;
@@ -53,6 +75,7 @@ inline void accumulate_dkdv(__local const float *pp, __local const float *dss, _
     }
     for (int i = 0; i < DK_N; ++i)
         if (lid + i * WG < TKK * DK) dka[i] = fma(scale, a[i], dka[i]);
+#endif
 }
 
 __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void nsa_bwd_dkdv(DKDV_ARGS)

@@ -38,14 +38,8 @@ inline void load_q_side(__local float *qs, __local float *dos, __local float *ls
                         idx_t sq_off, idx4_t sq_st, int b, int hq, int i0, int nq, int Tq, int Tk, int HQ,
                         int lid)
 {
-    for (int x = lid; x < BQ * DK; x += WG) {
-        const int g = x / DK, d = x - g * DK;
-        qs[x] = g < nq ? LOAD(q, at4(q_off, q_st, b, i0 + g, hq, d)) : 0.0f;
-    }
-    for (int x = lid; x < BQ * DV; x += WG) {
-        const int g = x / DV, d = x - g * DV;
-        dos[x] = g < nq ? LOAD(dout, at4(do_off, do_st, b, i0 + g, hq, d)) : 0.0f;
-    }
+    load_tile_zero(qs, DK, BQ, nq, DK, q, at4(q_off, q_st, b, i0, hq, 0), q_st.y, q_st.w, lid, WG);
+    load_tile_zero(dos, DV, BQ, nq, DV, dout, at4(do_off, do_st, b, i0, hq, 0), do_st.y, do_st.w, lid, WG);
     for (int g = lid; g < BQ; g += WG) {
         const int i = min(i0 + g, Tq - 1);
         lse_s[g] = g < nq ? lse[lse_off + (idx_t)b * lse_st.x + (idx_t)i * lse_st.y + (idx_t)hq * lse_st.z]
@@ -63,14 +57,8 @@ inline void load_k_side(__local float *ks, __local float *vs, __local int *kpos,
                         __global const int *seg_k, idx_t sk_off, idx4_t sk_st, int b, int h, int j0, int nk,
                         int Tk, int lid)
 {
-    for (int x = lid; x < BK * DK; x += WG) {
-        const int j = x / DK, d = x - j * DK;
-        ks[j * KPAD(DK) + d] = j < nk ? LOAD(k, at4(k_off, k_st, b, j0 + j, h, d)) : 0.0f;
-    }
-    for (int x = lid; x < BK * DV; x += WG) {
-        const int j = x / DV, d = x - j * DV;
-        vs[j * KPAD(DV) + d] = j < nk ? LOAD(v, at4(v_off, v_st, b, j0 + j, h, d)) : 0.0f;
-    }
+    load_tile_zero(ks, KPAD(DK), BK, nk, DK, k, at4(k_off, k_st, b, j0, h, 0), k_st.y, k_st.w, lid, WG);
+    load_tile_zero(vs, KPAD(DV), BK, nk, DV, v, at4(v_off, v_st, b, j0, h, 0), v_st.y, v_st.w, lid, WG);
     for (int j = lid; j < BK; j += WG) {
         const int jj = min(j0 + j, Tk - 1);
         kpos[j] = pos_k ? pos_k[bs_at2(pk_off, pk_st, b, jj)] : jj;

@@ -150,6 +150,19 @@ inline void load_tile(__local float *dst, int dst_stride, int nrows, int ncols,
     }
 }
 
+/* load_tile for the first `valid` of `nrows` rows; the rest are zeros. */
+inline void load_tile_zero(__local float *dst, int dst_stride, int nrows, int valid, int ncols,
+                           __global const store_t *src, idx_t base, idx_t row_stride, idx_t col_stride, int lid,
+                           int nthreads)
+{
+    valid = clamp(valid, 0, nrows);
+    load_tile(dst, dst_stride, valid, ncols, src, base, row_stride, col_stride, lid, nthreads);
+    for (int i = lid; i < (nrows - valid) * ncols; i += nthreads) {
+        const int r = i / ncols, c = i - r * ncols;
+        dst[(valid + r) * dst_stride + c] = 0.0f;
+    }
+}
+
 /* The same for rows from anywhere: row r from src + at[r] (at[r] < 0:
  * zeros), times mul[r] where `scaled`; `aligned`: every at[r] is a
  * multiple of 8 elements. */

@@ -61,7 +61,6 @@ inline void attend_scores(ATTN_SMEM_PARAMS, float acc[ACC_N], int nk, int lid)
     /* A row whose max is still -inf has seen no key: keep its state, p = 0.
      * (Written as an outer uniform loop: PoCL 3.1 miscompiles this body in
      * the form `for (g = lid; g < GT; g += WG)`; Oclgrind finds no race.) */
-#if SOFTMAX_SPREAD
     for (int g0 = 0; g0 < GT; g0 += WG) {
         const int g = g0 + lid;
         if (g >= GT) break;
@@ -70,8 +69,18 @@ inline void attend_scores(ATTN_SMEM_PARAMS, float acc[ACC_N], int nk, int lid)
         for (int j = 0; j < nk; ++j) m_new = fmax(m_new, ps[g * TK + j]);
         alpha[g] = (m_new == -INFINITY) ? 1.0f : exp(m_old - m_new);
         m_run[g] = m_new;
+#if !SOFTMAX_SPREAD
+        float sum = 0.0f;
+        for (int j = 0; j < nk; ++j) {
+            const float p = (m_new == -INFINITY) ? 0.0f : exp(ps[g * TK + j] - m_new);
+            ps[g * TK + j] = p;
+            sum += p;
+        }
+        l_run[g] = l_run[g] * alpha[g] + sum;
+#endif
     }
     barrier(CLK_LOCAL_MEM_FENCE);
+#if SOFTMAX_SPREAD
     for (int i0 = 0; i0 < GT * TK; i0 += WG) {
         const int i = i0 + lid, g = i / TK, j = rem_of(i, g, TK);
         if (i >= GT * TK) break;
@@ -79,31 +88,13 @@ inline void attend_scores(ATTN_SMEM_PARAMS, float acc[ACC_N], int nk, int lid)
         if (j < nk) ps[i] = (m == -INFINITY) ? 0.0f : exp(ps[i] - m);
     }
     barrier(CLK_LOCAL_MEM_FENCE);
-    for (int g0 = 0; g0 < GT; g0 += WG) {
+    for (int g0 = 0; g0 < GT; g0 += WG) { /* the sums: no barrier before the P V step, which does not read them */
         const int g = g0 + lid;
         if (g >= GT) break;
         float sum = 0.0f;
         for (int j = 0; j < nk; ++j) sum += ps[g * TK + j];
         l_run[g] = l_run[g] * alpha[g] + sum;
     }
-#else
-    for (int g0 = 0; g0 < GT; g0 += WG) {
-        const int g = g0 + lid;
-        if (g >= GT) break;
-        float m_old = m_run[g], m_new = m_old;
-        for (int j = 0; j < nk; ++j) m_new = fmax(m_new, ps[g * TK + j]);
-        float a = (m_new == -INFINITY) ? 1.0f : exp(m_old - m_new);
-        float sum = 0.0f;
-        for (int j = 0; j < nk; ++j) {
-            float p = (m_new == -INFINITY) ? 0.0f : exp(ps[g * TK + j] - m_new);
-            ps[g * TK + j] = p;
-            sum += p;
-        }
-        l_run[g] = l_run[g] * a + sum;
-        m_run[g] = m_new;
-        alpha[g] = a;
-    }
-    barrier(CLK_LOCAL_MEM_FENCE);
 #endif
     accumulate_pv(ATTN_SMEM, acc, nk, lid);
     barrier(CLK_LOCAL_MEM_FENCE);

@@ -16,15 +16,28 @@
  * sums to its own slice ([NSPLIT][B, rows, H, D]), which nsa_dkdv_sum.cl
  * adds in split order.
  *
+ * DS_KEEP (the selected branch): the pass also writes each row's dS at
+ * ds + ds0 (nsa_ranges.h's layout), which dq then reads instead of
+ * recomputing p and dp, two of its three products.
+ *
  * Defines (besides nsa_dkdv.h): WG, DK, DV, TKK, RQ, DK_N = ceil(TKK*DK/WG),
  * DV_N = ceil(TKK*DV/WG), ACCUM, NSPLIT.
  * NDRange: (WG * tiles * NSPLIT, H, B).
  */
+#if DS_KEEP && BRANCH != 1
+#error "the portable dk/dv pass keeps the selected branch's dS only"
+#endif
 
 /* dv += P^T (g do) and dk += scale dS^T Q over the chunk's RQ rows, each
  * sum in row order. The rows run outermost, so that a work-item's outputs
  * of one column (WG a multiple of the head dim) share each read of a do or
  * q element: with the rows innermost every product took two local reads. */
+/* Query rows a work-item takes per key in the scores: two where the chunk
+ * has two pairs per work-item, so that each read of the key tiles, which
+ * are padded and so read one float at a time (the unpadded q and do rows
+ * four at once), feeds both rows' products. */
+#define SCORE_ROWS (RQ % 2 == 0 && RQ * TKK >= 2 * WG ? 2 : 1)
+
 #define DV_ONE_COL (WG % DV == 0)
 #define DK_ONE_COL (WG % DK == 0)
 inline void accumulate_dkdv(__local const float *pp, __local const float *dss, __local const float *qs,
@@ -78,7 +91,7 @@ inline void accumulate_dkdv(__local const float *pp, __local const float *dss, _
 #endif
 }
 
-__kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void nsa_bwd_dkdv(DKDV_ARGS)
+__kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void nsa_bwd_dkdv(DKDV_ARGS DKDV_DS_ARGS)
 {
     /* the q and do rows unpadded, so 16-byte aligned: the score loop reads
      * them four floats at a time (padded as the key tiles, the pass took
@@ -88,6 +101,9 @@ __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void nsa_bwd_dkdv(DKDV_
     __local float row_lse[RQ], row_d[RQ], row_g[RQ];
     __local int row_tok[RQ], kpos[TKK], kstart[TKK], kend[TKK];
     __local idx_t row_q[RQ], row_do[RQ]; /* the rows' q and do (-1: none) */
+#if DS_KEEP
+    __local long row_ds[RQ]; /* the rows' kept dS regions (-1: none) */
+#endif
     const int lid = get_local_id(0), h = get_group_id(1), b = get_group_id(2);
     const int H = get_num_groups(1);
     cu += cu0;
@@ -97,6 +113,9 @@ __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void nsa_bwd_dkdv(DKDV_
     const int split = get_group_id(0) % NSPLIT;
     const dkdv_tile kt = dkdv_tile_of(get_group_id(0) / NSPLIT, b, h, H, T, nrows_k, cu, nseq, cmp_off, lst_start, nblk);
     const int nk = kt.nk, key0 = kt.key0;
+#if DS_KEEP
+    const int kb = kt.kp0 % BS; /* key 0's place in its block */
+#endif
     const bool q_vec = (q_off | q_st.x | q_st.y | q_st.z) % 8 == 0;
     const bool do_vec = (do_off | do_st.x | do_st.y | do_st.z) % 8 == 0;
     for (int j = lid; j < TKK; j += WG) {
@@ -127,22 +146,38 @@ __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void nsa_bwd_dkdv(DKDV_
             row_g[r] = tok >= 0 ? LOAD(gate, at4(g_off, g_st, b, tok, hq, 0)) : 0.0f;
             row_q[r] = tok >= 0 ? at4(q_off, q_st, b, tok, hq, 0) : -1;
             row_do[r] = tok >= 0 ? at4(do_off, do_st, b, tok, hq, 0) : -1;
+#if DS_KEEP
+            row_ds[r] = tok >= 0 ? ds0 + ds_slot_region(b, tok, h, H, T, dkdv_row_slot(kt, rr, lst)) : -1;
+#endif
         }
         barrier(CLK_LOCAL_MEM_FENCE);
         gather_rows(qs, DK, RQ, DK, q, row_q, q_st.w, q_vec, row_g, false, lid, WG);
         gather_rows(dos, DV, RQ, DV, dout, row_do, do_st.w, do_vec, row_g, true, lid, WG); /* g do */
         barrier(CLK_LOCAL_MEM_FENCE);
-        for (int idx = lid; idx < RQ * TKK; idx += WG) {
-            int r = idx / TKK, j = idx - r * TKK, tok = row_tok[r];
-            float p = 0.0f, ds = 0.0f;
-            if (j < nk && tok >= 0 && row_lse[r] != -INFINITY && sees(tok, kpos[j], kstart[j], kend[j])) {
-                const float s = dot_rows(qs, DK, r, ks, KPAD(DK), j, DK);
-                const float dp = dot_rows(dos, DV, r, vs, KPAD(DV), j, DV);
-                p = exp(s * scale - row_lse[r]);
-                ds = p * (dp - row_d[r]);
+        for (int it = lid; it < RQ / SCORE_ROWS * TKK; it += WG) {
+            const int rt = it / TKK, j = rem_of(it, rt, TKK), r0s = rt * SCORE_ROWS;
+            bool on[SCORE_ROWS], any = false;
+            for (int u = 0; u < SCORE_ROWS; ++u) {
+                const int r = r0s + u, tok = row_tok[r];
+                on[u] = j < nk && tok >= 0 && row_lse[r] != -INFINITY && sees(tok, kpos[j], kstart[j], kend[j]);
+                any = any || on[u];
             }
-            pp[idx] = p;
-            dss[idx] = ds;
+            const int key[2] = {min(j, nk - 1), 0};
+            float s[2][2] = {{0.0f}}, dp[2][2] = {{0.0f}};
+            if (any) {
+                dot_tile(qs, DK, r0s, ks, KPAD(DK), key, DK, SCORE_ROWS, 1, s);
+                dot_tile(dos, DV, r0s, vs, KPAD(DV), key, DV, SCORE_ROWS, 1, dp);
+            }
+            for (int u = 0; u < SCORE_ROWS; ++u) {
+                const int r = r0s + u;
+                const float p = on[u] ? exp(s[u][0] * scale - row_lse[r]) : 0.0f;
+                const float dsv = on[u] ? p * (dp[u][0] - row_d[r]) : 0.0f;
+                pp[r * TKK + j] = p;
+                dss[r * TKK + j] = dsv;
+#if DS_KEEP
+                if (j < nk && row_ds[r] >= 0) STORE(ds, row_ds[r] + ds_elem(kb + j, dkdv_row_head(r0 + r)), dsv);
+#endif
+            }
         }
         barrier(CLK_LOCAL_MEM_FENCE);
         accumulate_dkdv(pp, dss, qs, dos, dka, dva, scale, lid);

@@ -28,18 +28,6 @@
  * TKK = 16*NW, DS_KEEP, KSP. NDRange: (32 * NW * tiles * NSPLIT, H, B).
  */
 
-#ifndef DS_KEEP
-#define DS_KEEP 0
-#endif
-#if DS_KEEP
-#if BRANCH == 2 || (BRANCH == 0 && VARLEN)
-#error "DS_KEEP is the selected branch's, and the compressed one's without VARLEN"
-#endif
-#define DKDV_DS_ARGS , __global store_t *ds, long ds0
-#else
-#define DKDV_DS_ARGS
-#endif
-
 #define RQ KC /* query rows per chunk */
 /* row strides of the staged rows, in elements: rows of a multiple of 64
  * elements unpadded, so swizzled (warp_attn.h's tile_col: both ways of

@@ -6,9 +6,12 @@
  *   p = exp(scale q.k - lse_b),  ds = p * (g_b do.v - D_b),  dq += scale ds k
  * with lse_b saved by the forward and D_b = g_b * (do . o_b) from the
  * prologue (nsa_fwd.cl with BWD_PRE).
+ * DS_KEEP: the selected branch's ds comes from what its dk/dv pass kept
+ * (nsa_bwd_dkdv.cl, at ds + ds0), so that branch takes one product, dq,
+ * instead of three.
  *
  * Defines: WG, G, GT, NGT, DK, DV, TK, DQ_N = ceil(GT*DK/WG), HAS_CMP,
- * HAS_SLC, HAS_SWA, HAS_COUNTS, BS, S, CMP_L, CMP_D, WINDOW.
+ * HAS_SLC, HAS_SWA, HAS_COUNTS, BS, S, CMP_L, CMP_D, WINDOW, DS_KEEP, KSP.
  * NDRange: (WG * T * NGT, H, B).
  */
 
@@ -22,6 +25,31 @@
 #define TILE_SC TILE_SC_OF(GT, TK, WG)
 #define TILE_COLS (TK / TILE_SC)
 #define DQ_ONE_COL (WG % DK == 0)
+#define KS_FLOATS ((TK * KPAD(DK) + 3) / 4 * 4)
+/* keys a tile where dS was kept (dq_kept_range) */
+#if DS_KEEP && 2 * TK * KPAD(DK) <= KS_FLOATS + TK * KPAD(DV)
+#define KEPT_TK (2 * TK)
+#else
+#define KEPT_TK TK
+#endif
+
+/* dq += scale ps K over a tile of nk keys, already in ks and ps (rows of
+ * tk). */
+inline void dq_accumulate(DQ_SMEM_PARAMS, float dq[DQ_N], int tk, int nk, float scale, int lid)
+{
+    int row[DQ_N], col[DQ_N]; /* the output's row g (-1 past the tile) and column d */
+    float a[DQ_N];
+    for (int i = 0; i < DQ_N; ++i) {
+        const int idx = lid + i * WG, g = idx / DK;
+        row[i] = idx < GT * DK ? g : -1;
+        col[i] = rem_of(idx, g, DK);
+        a[i] = 0.0f;
+    }
+    accumulate_rows(ps, tk, ks, KPAD(DK), row, col, a, DQ_N, nk, DQ_ONE_COL);
+    for (int i = 0; i < DQ_N; ++i)
+        if (row[i] >= 0) dq[i] = fma(scale, a[i], dq[i]);
+    barrier(CLK_LOCAL_MEM_FENCE);
+}
 
 /* One key tile of nk keys, already in ks / vs: ds into ps (0 for keys past
  * nk, score_tile), then dq. */
@@ -45,18 +73,7 @@ inline void dq_tile(DQ_SMEM_PARAMS, float dq[DQ_N], int nk, float scale, int lid
             }
     }
     barrier(CLK_LOCAL_MEM_FENCE);
-    int row[DQ_N], col[DQ_N]; /* the output's row g (-1 past the tile) and column d */
-    float a[DQ_N];
-    for (int i = 0; i < DQ_N; ++i) {
-        const int idx = lid + i * WG, g = idx / DK;
-        row[i] = idx < GT * DK ? g : -1;
-        col[i] = rem_of(idx, g, DK);
-        a[i] = 0.0f;
-    }
-    accumulate_rows(ps, TK, ks, KPAD(DK), row, col, a, DQ_N, nk, DQ_ONE_COL);
-    for (int i = 0; i < DQ_N; ++i)
-        if (row[i] >= 0) dq[i] = fma(scale, a[i], dq[i]);
-    barrier(CLK_LOCAL_MEM_FENCE);
+    dq_accumulate(DQ_SMEM, dq, TK, nk, scale, lid);
 }
 
 inline void dq_range(DQ_SMEM_PARAMS, float dq[DQ_N], float scale, int lid,
@@ -72,6 +89,28 @@ inline void dq_range(DQ_SMEM_PARAMS, float dq[DQ_N], float scale, int lid,
         dq_tile(DQ_SMEM, dq, nk, scale, lid);
     }
 }
+
+#if DS_KEEP
+/* The n keys from key0 of a selected block, whose ds the dk/dv pass kept
+ * in the region from `region` (heads from g0, ng of them), KEPT_TK keys a
+ * tile: the K tile takes V's room too, so that this branch, one product a
+ * tile where the others take three, has half the barriers and loads. */
+inline void dq_kept_range(DQ_SMEM_PARAMS, float dq[DQ_N], float scale, int lid, __global const store_t *k,
+                          idx_t k_base, idx_t k_rs, idx_t k_cs, __global const store_t *ds, long region, int g0, int ng,
+                          int key0, int n)
+{
+    for (int k0 = 0; k0 < n; k0 += KEPT_TK) {
+        const int nk = min(KEPT_TK, n - k0);
+        load_tile(ks, KPAD(DK), nk, DK, k, k_base + (idx_t)(key0 + k0) * k_rs, k_rs, k_cs, lid, WG);
+        for (int i = lid; i < GT * KEPT_TK; i += WG) { /* a key's heads side by side, as they are kept */
+            const int j = i / GT, g = rem_of(i, j, GT);
+            ps[g * KEPT_TK + j] = j < nk && g < ng ? LOAD(ds, region + ds_elem(k0 + j, g0 + g)) : 0.0f;
+        }
+        barrier(CLK_LOCAL_MEM_FENCE);
+        dq_accumulate(DQ_SMEM, dq, KEPT_TK, nk, scale, lid);
+    }
+}
+#endif
 
 /* Per-row lse, D and gate of one branch into local memory. */
 inline void dq_rows(DQ_SMEM_PARAMS, int ng, int lid, __global const float *lse, idx_t lse_base, idx_t lse_hs,
@@ -90,10 +129,17 @@ inline void dq_rows(DQ_SMEM_PARAMS, int ng, int lid, __global const float *lse, 
 }
 
 __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void nsa_bwd_dq(
-    NSA_QUERY_ARGS, NSA_DQ_OUT_ARGS)
+    NSA_QUERY_ARGS, NSA_DQ_OUT_ARGS DQ_DS_ARGS)
 {
-    __local float qs[GT * DK] LOCAL_TILE, dos[GT * DV] LOCAL_TILE, ks[TK * KPAD(DK)] LOCAL_TILE;
-    __local float vs[TK * KPAD(DV)] LOCAL_TILE, ps[GT * TK] LOCAL_TILE;
+    __local float qs[GT * DK] LOCAL_TILE, dos[GT * DV] LOCAL_TILE, ps[GT * KEPT_TK] LOCAL_TILE;
+#if KEPT_TK > TK
+    /* the K and V tiles side by side (V's from a 16-byte boundary), so
+     * that the kept branch's K tiles can take both */
+    __local float kv[KS_FLOATS + TK * KPAD(DV)] LOCAL_TILE;
+    __local float *ks = kv, *vs = kv + KS_FLOATS;
+#else /* apart: through one array's pointers, dq took 2.5% longer */
+    __local float ks[TK * KPAD(DK)] LOCAL_TILE, vs[TK * KPAD(DV)] LOCAL_TILE;
+#endif
     __local float row_lse[GT], row_d[GT], row_g[GT];
     const int lid = get_local_id(0);
     cu += cu0;
@@ -127,14 +173,22 @@ __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void nsa_bwd_dq(
     }
 #endif
 #if HAS_SLC
+#if !DS_KEEP
     dq_rows(DQ_SMEM, ng, lid, lse_slc, at4(ls_off, ls_st, b, t, hq0, 0), ls_st.z, d_slc,
             at4(xs_off, xs_st, b, t, hq0, 0), xs_st.z, g_slc, at4(gs_off, gs_st, b, t, hq0, 0), gs_st.z);
+#endif
     {
         const int nslots = slc_slots(bcnt, at4(bc_off, bc_st, b, t, h, 0), live);
         const idx_t kb = at4(k_off, k_st, b, sq.start, h, 0), vb = at4(v_off, v_st, b, sq.start, h, 0);
         for (int s = 0; s < nslots; ++s) {
             const int2 r = slc_slot(bidx, at4(bi_off, bi_st, b, t, h, 0), bi_st.w, s, tl);
+#if DS_KEEP
+            (void)vb;
+            dq_kept_range(DQ_SMEM, dq, scale, lid, k, kb, k_st.y, k_st.w, ds,
+                          ds0 + ds_slot_region(b, t, h, get_num_groups(1), T, s), g0, ng, r.x, r.y);
+#else
             dq_range(DQ_SMEM, dq, scale, lid, k, kb, k_st.y, k_st.w, v, vb, v_st.y, v_st.w, r.x, r.y);
+#endif
         }
     }
 #endif

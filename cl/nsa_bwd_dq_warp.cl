@@ -34,16 +34,8 @@
  * nsa_fwd_warp.cl.
  */
 
-#ifndef DS_KEEP
-#define DS_KEEP 0
-#endif
 #ifndef DSC_KEEP
 #define DSC_KEEP 0
-#endif
-#if DS_KEEP
-#define DQ_DS_ARGS , __global const store_t *ds, long ds0
-#else
-#define DQ_DS_ARGS
 #endif
 #if DSC_KEEP && VARLEN
 #error "DSC_KEEP: batches without varlen only (nsa_ranges.h)"
@@ -317,7 +309,7 @@ __kernel __attribute__((reqd_work_group_size(NW * WARP, 1, 1))) void nsa_bwd_dq(
 #if DS_KEEP
     /* the tile's first head of slot 0; a slot's are G * KSP further */
     __global const store_t *ds_t =
-        ds + ds0 + (((long)b * T + t) * get_num_groups(1) + h) * S * G * KSP + (DS_BY_KEY ? g0 : g0 * KSP);
+        ds + ds0 + ds_slot_region(b, t, h, get_num_groups(1), T, 0) + (DS_BY_KEY ? g0 : g0 * KSP);
 #else
     ROWS(lse_slc, at4(ls_off, ls_st, b, t, hq0, 0), ls_st.z, d_slc, at4(xs_off, xs_st, b, t, hq0, 0), xs_st.z, g_slc,
          at4(gs_off, gs_st, b, t, hq0, 0), gs_st.z);

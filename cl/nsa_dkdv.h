@@ -19,7 +19,7 @@
  * launch, HEAVY_PASS, whose groups split their rows NSPLIT ways.
  *
  * Defines: G, BRANCH, BS, S, CMP_L, CMP_D, WINDOW, VARLEN, INIT_BLOCKS,
- * HEAVY, HEAVY_PASS, NSPLIT, ACCUM.
+ * HEAVY, HEAVY_PASS, NSPLIT, ACCUM, DS_KEEP (with KSP).
  */
 #ifndef HEAVY
 #define HEAVY 0
@@ -54,6 +54,16 @@
         __global const int *lst_start, idx_t lst_start0, int nblk, __global const store_t *dout, idx_t do_off, \
         idx4_t do_st, __global const float *lse, idx_t l_off, idx4_t l_st, __global const float *dlt,         \
         idx_t x_off, idx4_t x_st, __global float *dk, idx_t dk0, __global float *dv, idx_t dv0, int T, float scale
+
+/* DS_KEEP (nsa_ranges.h): the pass also writes the rows' dS for dq. */
+#if DS_KEEP
+#if BRANCH == 2 || (BRANCH == 0 && VARLEN)
+#error "DS_KEEP is the selected branch's, and the compressed one's without VARLEN"
+#endif
+#define DKDV_DS_ARGS , __global store_t *ds, long ds0
+#else
+#define DKDV_DS_ARGS
+#endif
 
 typedef struct {
     int key0, nk;          /* rows key0 .. key0+nk-1 of the key tensor */

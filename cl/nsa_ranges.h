@@ -103,6 +103,32 @@ inline int2 slc_slot(__global const int *bidx, idx_t row, idx_t slot_stride, int
  *     transposed first).
  * dq transposes what DS_BY_KEY stores (mat8_trans) as it loads it. */
 #define DS_BY_KEY (G % 16 == 0)
+#ifndef DS_KEEP
+#define DS_KEEP 0
+#endif
+#if DS_KEEP
+#define DQ_DS_ARGS , __global const store_t *ds, long ds0
+#else
+#define DQ_DS_ARGS
+#endif
+
+#if DS_KEEP
+/* Where the dS of key `key` and head `head` lies in a kept region (the
+ * portable kernels, which read and write it one element at a time): the
+ * fragments' order within each 16, 0, 1, 8, 9, 2, 3, 10, 11, ..., is
+ * position 4 (i / 2) + i % 2 for i < 8, that + 2 for i - 8. */
+inline int ds_order16(int i) { return 4 * ((i & 7) >> 1) + (i & 1) + (i >= 8 ? 2 : 0); }
+inline int ds_elem(int key, int head)
+{
+    return DS_BY_KEY ? key * G + (head & ~15) + ds_order16(head & 15) : head * KSP + (key & ~15) + ds_order16(key & 15);
+}
+
+/* The first element of the kept dS region of (batch, token, KV head, slot). */
+inline long ds_slot_region(int b, int t, int h, int H, int T, int slot)
+{
+    return ((((long)b * T + t) * H + h) * S + slot) * G * KSP;
+}
+#endif
 
 /* The compressed branch's dS kept for dq (DSC_KEEP: the compressed dk/dv
  * pass writes it, dq reads it): per (batch, KV head) the tokens in order,

@@ -275,14 +275,16 @@ typedef struct clnsa_nsa_config {
     int init_blocks;  /* forced leading blocks (default 1) */
     int local_blocks; /* forced blocks ending at the query's block (default 2) */
     float scale;      /* softmax scale; 0 = 1/sqrt(DK) (default) */
-    int keep_ds;      /* backward on the tensor-core path: which branches'
-                         dk/dv passes keep dS in the workspace for dq, which
-                         then reads it instead of recomputing P and dP (one
-                         matrix product there instead of three); a sum of
-                         CLNSA_KEEP_DS_* (default both; 0: recomputed, the
-                         smallest workspace). Each is left out by itself
-                         where the workspace would outgrow the device's
-                         largest allocation, the compressed branch's first. */
+    int keep_ds;      /* backward: which branches' dk/dv passes keep dS in
+                         the workspace for dq, which then reads it instead
+                         of recomputing P and dP (one matrix product there
+                         instead of three); a sum of CLNSA_KEEP_DS_*
+                         (default both; 0: recomputed, the smallest
+                         workspace). The portable path keeps the selected
+                         branch's only; the tensor-core path both. Each is
+                         left out by itself where the workspace would
+                         outgrow the device's largest allocation, the
+                         compressed branch's first. */
 } clnsa_nsa_config;
 
 /* The bits of config.keep_ds, each with the workspace it takes, in

@@ -1,7 +1,9 @@
 /* test_nsa_bwd.c: the NSA backward against the double-precision reference's
  * gradients (themselves checked by finite differences in test_ref), on
  * random shapes, with poisoned outputs, every other case from the forward's
- * saved branch outputs (the others recompute them); and its determinism:
+ * saved branch outputs (the others recompute them), every third with dq
+ * recomputing the selected branch's dS (config.keep_ds 0; the others read
+ * what the dk/dv pass kept); and its determinism:
  * bitwise equal gradients run after run and across work-group sizes; and
  * do as a padded view. */
 #include "nsa_bwd_run.h"
@@ -38,11 +40,12 @@ static cl_mem pad_dout(bwd_bufs *b, const nsa_run *r, int pad)
 }
 
 /* One case against the reference; with pad > 0, do as a padded view. */
-static void run_case(const nsa_case *c, uint64_t seed, bool saved_branches, int pad)
+static void run_case(const nsa_case *c, uint64_t seed, bool saved_branches, int pad, int keep_ds)
 {
     if (!nsa_case_selected(c->name)) return;
     nsa_run r;
     nsa_run_setup(&env, &r, c, seed);
+    r.cfg.keep_ds = keep_ds;
     if (saved_branches) nsa_run_save_branches(&env, &r);
     nsa_run_forward(&env, &r);
     bwd_bufs b;
@@ -60,7 +63,8 @@ static void run_case(const nsa_case *c, uint64_t seed, bool saved_branches, int 
 static void test_cases(void **state)
 {
     (void)state;
-    for (size_t i = 0; i < nsa_case_count; ++i) run_case(&nsa_cases[i], 4321 + i, i % 2 == 1, 0);
+    const int kept = CLNSA_KEEP_DS_SELECTED | CLNSA_KEEP_DS_COMPRESSED;
+    for (size_t i = 0; i < nsa_case_count; ++i) run_case(&nsa_cases[i], 4321 + i, i % 2 == 1, 0, i % 3 == 2 ? 0 : kept);
 }
 
 /* Same inputs: bitwise equal gradients twice, and with another work-group size. */
@@ -102,7 +106,7 @@ static void test_padded_dout(void **state)
     const nsa_case *c = nsa_case_named("G=3 DK!=DV");
     assert_non_null(c);
     if (!nsa_case_selected(c->name)) skip();
-    run_case(c, 55, true, 4);
+    run_case(c, 55, true, 4, CLNSA_KEEP_DS_SELECTED);
 }
 
 int main(void)

@@ -4,8 +4,9 @@
  *      saved o_b (nsa_bwd_delta.cl) or recomputing them (nsa_fwd.cl, BWD_PRE);
  *   3. selected branch: invert block_indices into per-block query lists
  *      (nsa_select_index.cl), and its dk/dv partial sums, owned by the keys,
- *      into an f32 buffer (nsa_bwd_dkdv.cl); on the warp path this pass
- *      also keeps dS for dq where the workspace allows (DS_KEEP);
+ *      into an f32 buffer (nsa_bwd_dkdv.cl); this pass also keeps dS for
+ *      dq where the workspace allows (DS_KEEP; on the warp path the
+ *      compressed branch's pass too, DSC_KEEP);
  *   4. dq, owned by the query (nsa_bwd_dq.cl);
  *   5. the window's dk/dv partial sums, added to the selected branch's; the
  *      compressed branch's into its own buffer (nsa_bwd_dkdv.cl);
@@ -194,15 +195,16 @@ static int dkdv_tile_keys(clnsa_context *ctx, const nsa_problem *pb, warp_params
  * leaving them out leaves the rest where it is: both where the workspace
  * then fits the device's largest allocation, else the selected branch's
  * alone (linear in T, where the compressed one's is quadratic), else the
- * compressed one's alone. The dk/dv pass numbers their elements in units
- * of 16 in an int. */
+ * compressed one's alone. The tensor-core dk/dv pass numbers their
+ * elements in units of 16 in an int. The portable path keeps the selected
+ * branch's only. */
 static void place_kept_ds(const clnsa_context *ctx, const nsa_problem *pb, bwd_workspace *w, size_t cur)
 {
     const size_t BT = (size_t)pb->B * pb->T, eb = nsa_elem_bytes(pb);
     const size_t slc_elems = BT * pb->HQ * (size_t)pb->S * (size_t)nsa_ds_row(pb);
     const size_t cmp_elems = (size_t)pb->B * pb->HQ * (size_t)nsa_dsc_keys_before(pb, pb->T);
     const bool warp = pb->warp != WARP_OFF;
-    const bool slc = warp && pb->has_slc && (pb->cfg.keep_ds & CLNSA_KEEP_DS_SELECTED) && slc_elems / 16 <= 0x7fffffffu;
+    const bool slc = pb->has_slc && (pb->cfg.keep_ds & CLNSA_KEEP_DS_SELECTED) && slc_elems / 16 <= 0x7fffffffu;
     const bool cmp = warp && pb->has_cmp && (pb->cfg.keep_ds & CLNSA_KEEP_DS_COMPRESSED) && !pb->varlen &&
                      cmp_elems / 16 <= 0x7fffffffu;
     const size_t slc_bytes = slc_elems * eb, cmp_bytes = cmp_elems * eb;
@@ -520,9 +522,11 @@ static clnsa_status plan_dkdv(clnsa_context *ctx, op_plan *p, const nsa_problem 
                  defines, wp.wg / 32, tkk, wp.kc, pb->warp == WARP_NV, branch,
                  keeps_ds(pb, branch), nsa_ds_row(pb));
     else
-        snprintf(d, sizeof d, "%s#define WG %zu\n#define TKK %d\n#define RQ %d\n#define DK_N %zu\n#define DV_N %zu\n#define BRANCH %d\n",
+        snprintf(d, sizeof d,
+                 "%s#define WG %zu\n#define TKK %d\n#define RQ %d\n#define DK_N %zu\n#define DV_N %zu\n#define BRANCH %d\n"
+                 "#define DS_KEEP %d\n#define KSP %d\n",
                  defines, dp.wg, tkk, dp.rq, ((size_t)tkk * pb->DK + dp.wg - 1) / dp.wg, ((size_t)tkk * pb->DV + dp.wg - 1) / dp.wg,
-                 branch);
+                 branch, keeps_ds(pb, branch), nsa_ds_row(pb));
     const char *const *files = warp ? dkdv_warp_files : dkdv_files;
     const size_t wg = warp ? wp.wg : dp.wg;
     CHECK(plan_dkdv_pass(ctx, p, pb, x, branch, accum, files, d, wg, groups, 0));

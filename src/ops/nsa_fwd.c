@@ -169,8 +169,9 @@ clnsa_status nsa_plan_query_kernel(clnsa_context *ctx, op_plan *p, const nsa_pro
     } else {
         const int ngt = (pb->G + ap.gt - 1) / ap.gt, acc_n = (int)((ap.gt * acc_dim + ap.wg - 1) / ap.wg);
         append(defines, sizeof defines, strlen(defines),
-               "#define WG %zu\n#define GT %d\n#define NGT %d\n#define TK %d\n#define ACC_N %d\n#define DQ_N %d\n#define BWD_PRE %d\n",
-               ap.wg, ap.gt, ngt, ap.tk, acc_n, acc_n, kind == ATTN_BWD_PRE);
+               "#define WG %zu\n#define GT %d\n#define NGT %d\n#define TK %d\n#define ACC_N %d\n#define DQ_N %d\n#define BWD_PRE %d\n"
+               "#define DS_KEEP %d\n#define KSP %d\n",
+               ap.wg, ap.gt, ngt, ap.tk, acc_n, acc_n, kind == ATTN_BWD_PRE, kind == ATTN_DQ && pb->ds_keep, nsa_ds_row(pb));
         wg = ap.wg;
         g[0] = ap.wg * (size_t)pb->T * (size_t)ngt;
     }

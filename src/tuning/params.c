@@ -17,12 +17,14 @@ static size_t kpad(size_t d) { return d + 1; }
 
 /* Floats of local memory each per-query kernel declares (see the .cl):
  * qs[GT*DK], ks[TK*KPAD(DK)], vs[TK*KPAD(DV)], ps[GT*TK], m, l, alpha[GT], and
- * (the prologue) red[GT*DV] or (dq) dos[GT*DV]. */
+ * (the prologue) red[GT*DV] or (dq) dos[GT*DV], with ps[GT*2*TK] and 3 floats
+ * of padding between ks and vs (nsa_bwd_dq.cl's KEPT_TK, KS_FLOATS). */
 static size_t attn_bytes(attn_kind kind, const int *v, const tune_problem *pb)
 {
     const size_t gt = (size_t)v[1], tk = (size_t)v[2], dk = (size_t)pb->dk, dv = (size_t)pb->dv;
     size_t f = gt * dk + tk * (kpad(dk) + kpad(dv)) + gt * tk + 3u * gt;
     if (kind != ATTN_FWD) f += gt * dv;
+    if (kind == ATTN_DQ) f += gt * tk + 3u;
     return sizeof(float) * f;
 }
 
@@ -44,12 +46,13 @@ static size_t topk_bytes(const int *v, const tune_problem *pb)
 }
 
 /* qs[RQ*DK], dos[RQ*DV], ks[TKK*KPAD(DK)], vs[TKK*KPAD(DV)], pp,
- * dss[RQ*TKK], four 4-byte and two offset arrays per row, three per key. */
+ * dss[RQ*TKK], four 4-byte and three 8-byte arrays per row (the third,
+ * the kept dS's places, with DS_KEEP; counted always), three per key. */
 static size_t dkdv_bytes(const int *v, const tune_problem *pb)
 {
     const size_t tkk = (size_t)v[1], rq = (size_t)v[2], dk = (size_t)pb->dk, dv = (size_t)pb->dv;
     return sizeof(float) * (rq * (dk + dv) + tkk * (kpad(dk) + kpad(dv)) + 2u * rq * tkk + 4u * rq + 3u * tkk) +
-           2u * sizeof(int64_t) * rq;
+           3u * sizeof(int64_t) * rq;
 }
 
 /* Block-sparse forward: qs[BQ*D], ks[BK*KPAD(D)], vs[BK*KPAD(DV)], ps[BQ*BK], m, l,

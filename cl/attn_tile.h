@@ -8,7 +8,7 @@
  * DK, DV (head dims), TK (keys per tile), ACC_N = ceil(GT*DV / WG)
  * (output elements each work-item owns).
  *
- * Local memory (floats): qs[GT*DK], ks[TK*KPAD(DK)], vs[TK*KPAD(DV)], ps[GT*TK],
+ * Local memory (floats): qs[GT*DK], ks[TK*KPAD(DK)], vs[TK*VPAD], ps[GT*TK],
  * and m, l, alpha[GT] (running max, running sum, last rescale factor).
  * Rows past the real head count hold zero queries; their results are unused.
  */
@@ -29,19 +29,80 @@ inline void attn_reset(ATTN_SMEM_PARAMS, float acc[ACC_N], int lid)
     for (int i = 0; i < ACC_N; ++i) acc[i] = 0.0f;
 }
 
-/* acc = alpha * acc + P V over the tile's nk keys (accumulate_rows: each
- * output's sum in key order, as the reference). */
+/* Which outputs a work-item owns. PV_BLOCK (the tile's outputs exactly 16
+ * a work-item, in 4 x 4 blocks): 4 rows by 4 columns, so that per 4 keys it
+ * reads 4 float4 of P (one per row, the same for the whole warp) and 4 of
+ * V (the V tile then unpadded: a warp's reads of a key row are contiguous)
+ * for 64 products. Else element lid + i*WG of the row-major tile: one
+ * column of 16 rows at the tuned shapes, so 16 float4 of P and 4 V values
+ * for the same 64 products. */
+#define PV_BLOCK (GT % 4 == 0 && DV % 4 == 0 && TK % 4 == 0 && WG * 16 == GT * DV)
+#if PV_BLOCK
+#define VPAD DV
+#else
+#define VPAD KPAD(DV)
+#endif
+
+/* Output element i of work-item lid: its row *g and column *d; false
+ * where it lies past the tile. */
+inline bool acc_elem(int i, int lid, int *g, int *d)
+{
+#if PV_BLOCK
+    const int rb = lid / (DV / 4);
+    *g = 4 * rb + i / 4;
+    *d = 4 * rem_of(lid, rb, DV / 4) + (i & 3);
+    return true;
+#else
+    const int idx = lid + i * WG;
+    *g = idx / DV;
+    *d = rem_of(idx, *g, DV);
+    return idx < GT * DV;
+#endif
+}
+
+/* acc = alpha * acc + P V over the tile's nk keys, each output's sum in key
+ * order (as the reference; accumulate_rows's order where not PV_BLOCK). */
 #define PV_ONE_COL (WG % DV == 0)
 inline void accumulate_pv(ATTN_SMEM_PARAMS, float acc[ACC_N], int nk, int lid)
 {
+#if PV_BLOCK
+    int g0, d0;
+    acc_elem(0, lid, &g0, &d0);
+    for (int i = 0; i < 16; ++i) acc[i] *= alpha[g0 + i / 4];
+    const int n4 = nk / 4 * 4;
+    for (int j = 0; j < n4; j += 4) {
+        const float4 v0 = vload4(0, vs + j * VPAD + d0), v1 = vload4(0, vs + (j + 1) * VPAD + d0);
+        const float4 v2 = vload4(0, vs + (j + 2) * VPAD + d0), v3 = vload4(0, vs + (j + 3) * VPAD + d0);
+        for (int r = 0; r < 4; ++r) {
+            const float4 p = vload4(0, ps + (g0 + r) * TK + j);
+            float *a = acc + 4 * r;
+            a[0] = fma(p.w, v3.x, fma(p.z, v2.x, fma(p.y, v1.x, fma(p.x, v0.x, a[0]))));
+            a[1] = fma(p.w, v3.y, fma(p.z, v2.y, fma(p.y, v1.y, fma(p.x, v0.y, a[1]))));
+            a[2] = fma(p.w, v3.z, fma(p.z, v2.z, fma(p.y, v1.z, fma(p.x, v0.z, a[2]))));
+            a[3] = fma(p.w, v3.w, fma(p.z, v2.w, fma(p.y, v1.w, fma(p.x, v0.w, a[3]))));
+        }
+    }
+    for (int j = n4; j < nk; ++j) {
+        const float4 v = vload4(0, vs + j * VPAD + d0);
+        for (int r = 0; r < 4; ++r) {
+            const float p = ps[(g0 + r) * TK + j];
+            float *a = acc + 4 * r;
+            a[0] = fma(p, v.x, a[0]);
+            a[1] = fma(p, v.y, a[1]);
+            a[2] = fma(p, v.z, a[2]);
+            a[3] = fma(p, v.w, a[3]);
+        }
+    }
+#else
     int row[ACC_N], col[ACC_N]; /* the output's row g (-1 past the tile) and column d */
     for (int i = 0; i < ACC_N; ++i) {
-        const int idx = lid + i * WG, g = idx / DV;
-        row[i] = idx < GT * DV ? g : -1;
-        col[i] = rem_of(idx, g, DV);
+        int g, d;
+        row[i] = acc_elem(i, lid, &g, &d) ? g : -1;
+        col[i] = d;
         if (row[i] >= 0) acc[i] *= alpha[row[i]];
     }
-    accumulate_rows(ps, TK, vs, KPAD(DV), row, col, acc, ACC_N, nk, PV_ONE_COL);
+    accumulate_rows(ps, TK, vs, VPAD, row, col, acc, ACC_N, nk, PV_ONE_COL);
+#endif
 }
 
 /* Where a tile's rows are long, the softmax's exponentials are spread over
@@ -146,7 +207,7 @@ inline void attend_range(ATTN_SMEM_PARAMS, float acc[ACC_N], float scale, int li
         int nk = min(TK, n - k0);
         idx_t r = (idx_t)(key0 + k0);
         load_tile(ks, KPAD(DK), nk, DK, k, k_base + r * k_rs, k_rs, k_cs, lid, WG);
-        load_tile(vs, KPAD(DV), nk, DV, v, v_base + r * v_rs, v_rs, v_cs, lid, WG);
+        load_tile(vs, VPAD, nk, DV, v, v_base + r * v_rs, v_rs, v_cs, lid, WG);
         barrier(CLK_LOCAL_MEM_FENCE);
         attend_tile(ATTN_SMEM, acc, nk, scale, lid);
     }

@@ -11,7 +11,7 @@
 
 __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void bs_fwd(FWD_PARAMS)
 {
-    __local float qs[GT * DK] LOCAL_TILE, ks[TK * KPAD(DK)] LOCAL_TILE, vs[TK * KPAD(DV)] LOCAL_TILE;
+    __local float qs[GT * DK] LOCAL_TILE, ks[TK * KPAD(DK)] LOCAL_TILE, vs[TK * VPAD] LOCAL_TILE;
     __local float ps[GT * TK] LOCAL_TILE, m_run[GT], l_run[GT], alpha[GT];
     __local int qpos[GT], qseg[GT], kpos[TK], kseg[TK];
     const int lid = get_local_id(0);
@@ -44,7 +44,7 @@ __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void bs_fwd(FWD_PARAMS)
         const bool partial = t >= nfull;
         const int j0 = kt * TK, nk = min(TK, Tk - j0);
         load_tile(ks, KPAD(DK), nk, DK, k, at4(k_off, k_st, b, j0, h, 0), k_st.y, k_st.w, lid, WG);
-        load_tile(vs, KPAD(DV), nk, DV, v, at4(v_off, v_st, b, j0, h, 0), v_st.y, v_st.w, lid, WG);
+        load_tile(vs, VPAD, nk, DV, v, at4(v_off, v_st, b, j0, h, 0), v_st.y, v_st.w, lid, WG);
         for (int j = lid; j < TK; j += WG) {
             const int jj = min(j0 + j, Tk - 1);
             kpos[j] = pos_k ? pos_k[bs_at2(pk_off, pk_st, b, jj)] : jj;
@@ -79,9 +79,8 @@ __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void bs_fwd(FWD_PARAMS)
     const float sink = sinks[sn_off + (idx_t)hq * sn_st.x];
 #endif
     for (int i = 0; i < ACC_N; ++i) {
-        const int idx = lid + i * WG;
-        const int g = idx / DV, d = idx - g * DV;
-        if (idx < GT * DV && g < nq) {
+        int g, d;
+        if (acc_elem(i, lid, &g, &d) && g < nq) {
 #if SINKS
             float f;
             bs_sink_norm(m_run[g], l_run[g], sink, &f);

@@ -135,6 +135,18 @@ inline void load_tile(__local float *dst, int dst_stride, int nrows, int ncols,
                       __global const store_t *src, idx_t base, idx_t row_stride, idx_t col_stride,
                       int lid, int nthreads)
 {
+    if (col_stride == 1 && ncols % 32 == 0 && base % 8 == 0 && row_stride % 8 == 0 && dst_stride % 32 == 0) {
+        /* unpadded rows (every row in the same banks): a warp's work-items
+         * take consecutive pieces of one row instead, 16 bytes a store */
+        const int per = ncols / 8;
+        for (int i = lid; i < nrows * per; i += nthreads) {
+            const int r = i / per, c = 8 * rem_of(i, r, per);
+            const float8 x = LOAD8(src, base + (idx_t)r * row_stride + c);
+            vstore4(x.lo, 0, dst + r * dst_stride + c);
+            vstore4(x.hi, 0, dst + r * dst_stride + c + 4);
+        }
+        return;
+    }
     if (col_stride == 1 && ncols % 32 == 0 && base % 8 == 0 && row_stride % 8 == 0) {
         const int parts = ncols / 32;
         for (int i = lid; i < (nrows + 7) / 8 * parts * 32; i += nthreads) {

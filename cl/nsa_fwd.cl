@@ -25,9 +25,8 @@ inline void finish_branch(ATTN_SMEM_PARAMS, const float acc[ACC_N], float out[AC
                           __global store_t *ob, idx_t ob_base, idx_t ob_hs, idx_t ob_ds)
 {
     for (int i = 0; i < ACC_N; ++i) {
-        int idx = lid + i * WG;
-        int g = idx / DV, d = idx - g * DV;
-        if (idx >= GT * DV || g >= ng) continue;
+        int g, d;
+        if (!acc_elem(i, lid, &g, &d) || g >= ng) continue;
         const float x = attn_out(ATTN_SMEM, acc[i], g);
         out[i] += LOAD(gate, gate_base + g * gate_hs) * x;
         if (ob) STORE(ob, ob_base + g * ob_hs + d * ob_ds, x);
@@ -44,10 +43,9 @@ inline void finish_branch_pre(ATTN_SMEM_PARAMS, const float acc[ACC_N], __local 
                               __global store_t *dg, idx_t dg_base, idx_t dg_hs)
 {
     for (int i = 0; i < ACC_N; ++i) {
-        int idx = lid + i * WG;
-        int g = idx / DV, d = idx - g * DV;
-        if (idx < GT * DV)
-            red[idx] = g < ng ? LOAD(dout, do_base + g * do_hs + d * do_ds) * attn_out(ATTN_SMEM, acc[i], g)
+        int g, d;
+        if (acc_elem(i, lid, &g, &d))
+            red[g * DV + d] = g < ng ? LOAD(dout, do_base + g * do_hs + d * do_ds) * attn_out(ATTN_SMEM, acc[i], g)
                               : 0.0f;
     }
     barrier(CLK_LOCAL_MEM_FENCE);
@@ -79,7 +77,7 @@ inline void finish_branch_pre(ATTN_SMEM_PARAMS, const float acc[ACC_N], __local 
 __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void nsa_fwd(
     NSA_QUERY_ARGS, NSA_FWD_OUT_ARGS)
 {
-    __local float qs[GT * DK] LOCAL_TILE, ks[TK * KPAD(DK)] LOCAL_TILE, vs[TK * KPAD(DV)] LOCAL_TILE;
+    __local float qs[GT * DK] LOCAL_TILE, ks[TK * KPAD(DK)] LOCAL_TILE, vs[TK * VPAD] LOCAL_TILE;
     __local float ps[GT * TK] LOCAL_TILE, m_run[GT], l_run[GT], alpha[GT];
 #if BWD_PRE
     __local float red[GT * DV] LOCAL_TILE;
@@ -146,9 +144,8 @@ __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void nsa_fwd(
 
 #if !BWD_PRE
     for (int i = 0; i < ACC_N; ++i) {
-        int idx = lid + i * WG;
-        int g = idx / DV, d = idx - g * DV;
-        if (idx < GT * DV && g < ng) STORE(o, at4(o_off, o_st, b, t, hq0 + g, d), out[i]);
+        int g, d;
+        if (acc_elem(i, lid, &g, &d) && g < ng) STORE(o, at4(o_off, o_st, b, t, hq0 + g, d), out[i]);
     }
 #endif
 }

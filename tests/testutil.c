@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <cmocka.h>
 
@@ -94,6 +95,28 @@ const char *test_env_use_warp_path(test_env *env)
         exit(1);
     }
     return nv ? "NVIDIA tensor cores" : "emulated";
+}
+
+clnsa_context *test_context_with_tuning(const test_env *env, const char *json)
+{
+    char path[64];
+    snprintf(path, sizeof path, "/tmp/clnsa_test_tuning_%d.json", (int)getpid());
+    FILE *f = fopen(path, "w");
+    if (!f || fputs(json, f) < 0 || fclose(f) != 0) {
+        fprintf(stderr, "%s: cannot write the tuning file\n", path);
+        exit(1);
+    }
+    clnsa_context_options o = {0};
+    o.tuning_file = path;
+    clnsa_context *ctx = NULL;
+    char msg[512];
+    const clnsa_status st = clnsa_context_create(env->cl, env->device, &o, &ctx, msg, sizeof msg);
+    remove(path);
+    if (st != CLNSA_SUCCESS) {
+        fprintf(stderr, "clnsa_context_create with %s: %s: %s\n", path, clnsa_status_string(st), msg);
+        exit(1);
+    }
+    return ctx;
 }
 
 void test_env_close(test_env *env)

@@ -256,6 +256,57 @@ inline float dot_rows(__local const float *a, int a_stride, int ia, __local cons
     return dot;
 }
 
+/* The 4 x 4 block of outputs a work-item owns where a tile's outputs are
+ * exactly 16 a work-item (BLOCK_OF): with `cols`/4 blocks a block row,
+ * block lid's output i is row 4 (lid / (cols/4)) + i / 4, column
+ * 4 (lid % (cols/4)) + i % 4. */
+#define BLOCK_OF(rows, cols, wg) ((rows) % 4 == 0 && (cols) % 4 == 0 && (wg) * 16 == (rows) * (cols))
+inline void block_elem(int i, int lid, int cols, int *r, int *c)
+{
+    const int rb = lid / (cols / 4);
+    *r = 4 * rb + i / 4;
+    *c = 4 * rem_of(lid, rb, cols / 4) + (i & 3);
+}
+
+/* acc[4r + c] += sum over j < n of a(r, j) * m[j * m_stride + c0 + c] for
+ * r, c < 4, in j order (as accumulate_rows: the same bits), where a(r, j)
+ * is a[(r0 + r) * a_stride + j] (a_rows) or a[j * a_stride + r0 + r]. Per
+ * 16 products a work-item reads 2 float4 (one of a, the same for a whole
+ * warp where its work-items share r0, and one of m), where one output a
+ * work-item (accumulate_rows) read 5 floats. m's rows are read 16 bytes at
+ * a time where m_stride allows (unpadded tiles). */
+inline void accumulate_block(__local const float *a, int a_stride, int r0, bool a_rows, __local const float *m,
+                             int m_stride, int c0, float acc[16], int n)
+{
+    const int n4 = a_rows ? n / 4 * 4 : 0;
+    for (int j = 0; j < n4; j += 4) {
+        const float4 m0 = vload4(0, m + j * m_stride + c0), m1 = vload4(0, m + (j + 1) * m_stride + c0);
+        const float4 m2 = vload4(0, m + (j + 2) * m_stride + c0), m3 = vload4(0, m + (j + 3) * m_stride + c0);
+        for (int r = 0; r < 4; ++r) {
+            const float4 p = vload4(0, a + (r0 + r) * a_stride + j);
+            float *x = acc + 4 * r;
+            x[0] = fma(p.w, m3.x, fma(p.z, m2.x, fma(p.y, m1.x, fma(p.x, m0.x, x[0]))));
+            x[1] = fma(p.w, m3.y, fma(p.z, m2.y, fma(p.y, m1.y, fma(p.x, m0.y, x[1]))));
+            x[2] = fma(p.w, m3.z, fma(p.z, m2.z, fma(p.y, m1.z, fma(p.x, m0.z, x[2]))));
+            x[3] = fma(p.w, m3.w, fma(p.z, m2.w, fma(p.y, m1.w, fma(p.x, m0.w, x[3]))));
+        }
+    }
+    for (int j = n4; j < n; ++j) {
+        const float4 mv = vload4(0, m + j * m_stride + c0);
+        const float4 av = a_rows ? (float4)(a[r0 * a_stride + j], a[(r0 + 1) * a_stride + j], a[(r0 + 2) * a_stride + j],
+                                            a[(r0 + 3) * a_stride + j])
+                                 : vload4(0, a + j * a_stride + r0);
+        const float ar[4] = {av.x, av.y, av.z, av.w};
+        for (int r = 0; r < 4; ++r) {
+            float *x = acc + 4 * r;
+            x[0] = fma(ar[r], mv.x, x[0]);
+            x[1] = fma(ar[r], mv.y, x[1]);
+            x[2] = fma(ar[r], mv.z, x[2]);
+            x[3] = fma(ar[r], mv.w, x[3]);
+        }
+    }
+}
+
 /* acc[i] += sum over j < n of p[row[i] * p_stride + j] * m[j * m_stride + col[i]],
  * in j order, for the n_acc outputs with row[i] >= 0. j runs outermost,
  * four a step, so that a work-item reads p four at a time (as a float4

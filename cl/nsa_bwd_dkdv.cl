@@ -40,11 +40,38 @@
 
 #define DV_ONE_COL (WG % DV == 0)
 #define DK_ONE_COL (WG % DK == 0)
+/* dk's and dv's outputs in 4 x 4 blocks (4 keys by 4 columns) a work-item
+ * where they are 16 a work-item (common.h's accumulate_block): per row
+ * one float4 each of p, dS, do and q for 32 products */
+#define DKDV_BLOCK (DK == DV && BLOCK_OF(TKK, DK, WG))
+
+/* Output element i of work-item lid (dk's and dv's alike): its key *j
+ * and column *d; false where it lies past the tile. */
+inline bool dkdv_elem(int i, int lid, int dim, int *j, int *d)
+{
+#if DKDV_BLOCK
+    block_elem(i, lid, dim, j, d);
+    return true;
+#else
+    const int idx = lid + i * WG;
+    *j = idx / dim;
+    *d = rem_of(idx, *j, dim);
+    return idx < TKK * dim;
+#endif
+}
+
 inline void accumulate_dkdv(__local const float *pp, __local const float *dss, __local const float *qs,
                             __local const float *dos, float *dka, float *dva, float scale, int lid)
 {
     float a[DK_N];
-#if WG == DV && WG == DK && TKK % 4 == 0
+#if DKDV_BLOCK
+    int j0, d0;
+    dkdv_elem(0, lid, DK, &j0, &d0);
+    for (int i = 0; i < 16; ++i) a[i] = 0.0f;
+    accumulate_block(pp, TKK, j0, false, dos, DV, d0, dva, RQ);
+    accumulate_block(dss, TKK, j0, false, qs, DK, d0, a, RQ);
+    for (int i = 0; i < 16; ++i) dka[i] = fma(scale, a[i], dka[i]);
+#elif WG == DV && WG == DK && TKK % 4 == 0
     /* work-item lid owns column lid of every key's dv and dk, so its
      * outputs' keys are 0 .. TKK-1 in order, and a row's probabilities
      * and dS are read four at a time, one read for the whole warp */
@@ -67,15 +94,9 @@ inline void accumulate_dkdv(__local const float *pp, __local const float *dss, _
     for (int i = 0; i < TKK; ++i) dka[i] = fma(scale, a[i], dka[i]);
 #else
     int vkey[DV_N], vcol[DV_N], kkey[DK_N], kcol[DK_N]; /* each output's key j and column d */
-    for (int i = 0; i < DV_N; ++i) {
-        const int idx = lid + i * WG;
-        vkey[i] = idx / DV;
-        vcol[i] = rem_of(idx, vkey[i], DV);
-    }
+    for (int i = 0; i < DV_N; ++i) dkdv_elem(i, lid, DV, &vkey[i], &vcol[i]);
     for (int i = 0; i < DK_N; ++i) {
-        const int idx = lid + i * WG;
-        kkey[i] = idx / DK;
-        kcol[i] = rem_of(idx, kkey[i], DK);
+        dkdv_elem(i, lid, DK, &kkey[i], &kcol[i]);
         a[i] = 0.0f;
     }
     for (int r = 0; r < RQ; ++r) {
@@ -188,15 +209,15 @@ __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void nsa_bwd_dkdv(DKDV_
     const idx_t slice = (idx_t)split * get_num_groups(2) * nrows_k * H;
     const int krow0 = HEAVY_PASS ? (int)(get_group_id(0) / NSPLIT) * TKK : key0;
     for (int i = 0; i < DK_N; ++i) {
-        int idx = lid + i * WG, j = idx / DK, d = idx - j * DK;
-        if (idx < TKK * DK && j < nk) {
+        int j, d;
+        if (dkdv_elem(i, lid, DK, &j, &d) && j < nk) {
             idx_t at = dk0 + (slice + ((idx_t)b * nrows_k + krow0 + j) * H + h) * DK + d;
             dk[at] = ADD_IN_PLACE ? dk[at] + dka[i] : dka[i];
         }
     }
     for (int i = 0; i < DV_N; ++i) {
-        int idx = lid + i * WG, j = idx / DV, d = idx - j * DV;
-        if (idx < TKK * DV && j < nk) {
+        int j, d;
+        if (dkdv_elem(i, lid, DV, &j, &d) && j < nk) {
             idx_t at = dv0 + (slice + ((idx_t)b * nrows_k + krow0 + j) * H + h) * DV + d;
             dv[at] = ADD_IN_PLACE ? dv[at] + dva[i] : dva[i];
         }

@@ -25,27 +25,52 @@
 #define TILE_SC TILE_SC_OF(GT, TK, WG)
 #define TILE_COLS (TK / TILE_SC)
 #define DQ_ONE_COL (WG % DK == 0)
+/* dq's outputs in 4 x 4 blocks a work-item where they are 16 a work-item
+ * (common.h's accumulate_block), as the forward's P V (attn_tile.h) */
+#define DQ_BLOCK BLOCK_OF(GT, DK, WG)
 #define KS_FLOATS ((TK * KPAD(DK) + 3) / 4 * 4)
+/* the row stride of a kept branch's K tiles: unpadded where the blocks
+ * read them, 16 bytes at a time (no score loop reads them) */
+#define KEPT_KS (DQ_BLOCK ? DK : KPAD(DK))
 /* keys a tile where dS was kept (dq_kept_range) */
-#if DS_KEEP && 2 * TK * KPAD(DK) <= KS_FLOATS + TK * KPAD(DV)
+#if DS_KEEP && 2 * TK * KEPT_KS <= KS_FLOATS + TK * KPAD(DV)
 #define KEPT_TK (2 * TK)
 #else
 #define KEPT_TK TK
 #endif
 
-/* dq += scale ps K over a tile of nk keys, already in ks and ps (rows of
- * tk). */
-inline void dq_accumulate(DQ_SMEM_PARAMS, float dq[DQ_N], int tk, int nk, float scale, int lid)
+/* Output element i of work-item lid: its row *g and column *d; false
+ * where it lies past the tile. */
+inline bool dq_elem(int i, int lid, int *g, int *d)
+{
+#if DQ_BLOCK
+    block_elem(i, lid, DK, g, d);
+    return true;
+#else
+    const int idx = lid + i * WG;
+    *g = idx / DK;
+    *d = rem_of(idx, *g, DK);
+    return idx < GT * DK;
+#endif
+}
+
+/* dq += scale ps K over a tile of nk keys, already in ks (rows ks_stride
+ * apart) and ps (rows of tk). */
+inline void dq_accumulate(DQ_SMEM_PARAMS, float dq[DQ_N], int tk, int ks_stride, int nk, float scale, int lid)
 {
     int row[DQ_N], col[DQ_N]; /* the output's row g (-1 past the tile) and column d */
     float a[DQ_N];
     for (int i = 0; i < DQ_N; ++i) {
-        const int idx = lid + i * WG, g = idx / DK;
-        row[i] = idx < GT * DK ? g : -1;
-        col[i] = rem_of(idx, g, DK);
+        int g, d;
+        row[i] = dq_elem(i, lid, &g, &d) ? g : -1;
+        col[i] = d;
         a[i] = 0.0f;
     }
-    accumulate_rows(ps, tk, ks, KPAD(DK), row, col, a, DQ_N, nk, DQ_ONE_COL);
+#if DQ_BLOCK
+    accumulate_block(ps, tk, row[0], true, ks, ks_stride, col[0], a, nk);
+#else
+    accumulate_rows(ps, tk, ks, ks_stride, row, col, a, DQ_N, nk, DQ_ONE_COL);
+#endif
     for (int i = 0; i < DQ_N; ++i)
         if (row[i] >= 0) dq[i] = fma(scale, a[i], dq[i]);
     barrier(CLK_LOCAL_MEM_FENCE);
@@ -73,7 +98,7 @@ inline void dq_tile(DQ_SMEM_PARAMS, float dq[DQ_N], int nk, float scale, int lid
             }
     }
     barrier(CLK_LOCAL_MEM_FENCE);
-    dq_accumulate(DQ_SMEM, dq, TK, nk, scale, lid);
+    dq_accumulate(DQ_SMEM, dq, TK, KPAD(DK), nk, scale, lid);
 }
 
 inline void dq_range(DQ_SMEM_PARAMS, float dq[DQ_N], float scale, int lid,
@@ -101,13 +126,13 @@ inline void dq_kept_range(DQ_SMEM_PARAMS, float dq[DQ_N], float scale, int lid, 
 {
     for (int k0 = 0; k0 < n; k0 += KEPT_TK) {
         const int nk = min(KEPT_TK, n - k0);
-        load_tile(ks, KPAD(DK), nk, DK, k, k_base + (idx_t)(key0 + k0) * k_rs, k_rs, k_cs, lid, WG);
+        load_tile(ks, KEPT_KS, nk, DK, k, k_base + (idx_t)(key0 + k0) * k_rs, k_rs, k_cs, lid, WG);
         for (int i = lid; i < GT * KEPT_TK; i += WG) { /* a key's heads side by side, as they are kept */
             const int j = i / GT, g = rem_of(i, j, GT);
             ps[g * KEPT_TK + j] = j < nk && g < ng ? LOAD(ds, region + ds_elem(k0 + j, g0 + g)) : 0.0f;
         }
         barrier(CLK_LOCAL_MEM_FENCE);
-        dq_accumulate(DQ_SMEM, dq, KEPT_TK, nk, scale, lid);
+        dq_accumulate(DQ_SMEM, dq, KEPT_TK, KEPT_KS, nk, scale, lid);
     }
 }
 #endif
@@ -204,8 +229,7 @@ __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void nsa_bwd_dq(
 #endif
 
     for (int i = 0; i < DQ_N; ++i) {
-        int idx = lid + i * WG;
-        int g = idx / DK, d = idx - g * DK;
-        if (idx < GT * DK && g < ng) STORE(dq_out, at4(dq_off, dq_st, b, t, hq0 + g, d), dq[i]);
+        int g, d;
+        if (dq_elem(i, lid, &g, &d) && g < ng) STORE(dq_out, at4(dq_off, dq_st, b, t, hq0 + g, d), dq[i]);
     }
 }

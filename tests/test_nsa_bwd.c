@@ -5,8 +5,10 @@
  * recomputing the selected branch's dS (config.keep_ds 0; the others read
  * what the dk/dv pass kept); and its determinism:
  * bitwise equal gradients run after run and across work-group sizes; and
- * do as a padded view. */
+ * do as a padded view; and dq's and dk/dv's 4 x 4 output blocks, forced by a
+ * tuning file. */
 #include "nsa_bwd_run.h"
+#include "programs.h"
 
 #include <setjmp.h>
 #include <stdarg.h>
@@ -40,23 +42,28 @@ static cl_mem pad_dout(bwd_bufs *b, const nsa_run *r, int pad)
 }
 
 /* One case against the reference; with pad > 0, do as a padded view. */
-static void run_case(const nsa_case *c, uint64_t seed, bool saved_branches, int pad, int keep_ds)
+static void run_case_on(const test_env *te, const nsa_case *c, uint64_t seed, bool saved_branches, int pad, int keep_ds)
 {
     if (!nsa_case_selected(c->name)) return;
     nsa_run r;
-    nsa_run_setup(&env, &r, c, seed);
+    nsa_run_setup(te, &r, c, seed);
     r.cfg.keep_ds = keep_ds;
-    if (saved_branches) nsa_run_save_branches(&env, &r);
-    nsa_run_forward(&env, &r);
+    if (saved_branches) nsa_run_save_branches(te, &r);
+    nsa_run_forward(te, &r);
     bwd_bufs b;
-    bwd_setup(&env, &b, &r, seed + 99);
+    bwd_setup(te, &b, &r, seed + 99);
     cl_mem padded = pad ? pad_dout(&b, &r, pad) : NULL;
-    bwd_run_device(&env, &b, &r);
+    bwd_run_device(te, &b, &r);
     bwd_reference(&b, &r);
     bwd_compare(&b, c);
     if (padded) clReleaseMemObject(padded);
     bwd_free(&b);
     nsa_run_free(&r);
+}
+
+static void run_case(const nsa_case *c, uint64_t seed, bool saved_branches, int pad, int keep_ds)
+{
+    run_case_on(&env, c, seed, saved_branches, pad, keep_ds);
 }
 
 /* Every case of the shared list; CLNSA_TEST_CASE=name runs one (debugging). */
@@ -109,12 +116,42 @@ static void test_padded_dout(void **state)
     run_case(c, 55, true, 4, CLNSA_KEEP_DS_SELECTED);
 }
 
+/* dq's and dk/dv's outputs in 4 x 4 blocks (nsa_bwd_dq.cl's DQ_BLOCK,
+ * with the kept branch's K tiles unpadded; nsa_bwd_dkdv.cl's DKDV_BLOCK),
+ * the tuned shapes on GPUs (WG 128 = 16 heads by D 128 / 16, and 16 keys
+ * by D 128 / 16), at the test cases' head dims through a tuning file: on
+ * the f32 cases with DK = DV or 16 heads a group, dS kept and not. */
+static void test_blocks(void **state)
+{
+    (void)state;
+    test_env te = env;
+    te.ctx = test_context_with_tuning(
+        &env, "{\"clnsa_tuning\": 1, \"entries\": [\n"
+              " {\"family\": \"nsa_bwd_dq\", \"shape\": {\"dk\": 16}, \"params\": {\"WG\": 16, \"GT\": 16, \"TK\": 8}},\n"
+              " {\"family\": \"nsa_bwd_dq\", \"shape\": {\"dk\": 8}, \"params\": {\"WG\": 8, \"GT\": 16, \"TK\": 8}},\n"
+              " {\"family\": \"nsa_bwd_dkdv\", \"shape\": {\"dk\": 16, \"dv\": 16}, \"params\": {\"WG\": 16, \"TKK\": 16, \"RQ\": 8}},\n"
+              " {\"family\": \"nsa_bwd_dkdv\", \"shape\": {\"dk\": 8, \"dv\": 8}, \"params\": {\"WG\": 8, \"TKK\": 16, \"RQ\": 8}}\n]}\n");
+    bool dq_block = false, dkdv_block = false;
+    for (size_t i = 0; i < nsa_case_count; ++i) {
+        const nsa_case *c = &nsa_cases[i];
+        const bool g16 = c->HQ / c->H >= 16;
+        if (c->dt != CLNSA_DTYPE_F32 || (c->DK != c->DV && !g16)) continue;
+        run_case_on(&te, c, 2468 + i, i % 2 == 0, 0, g16 && i % 2 ? 0 : CLNSA_KEEP_DS_SELECTED);
+        dq_block = dq_block || (g16 && (c->DK == 16 || c->DK == 8));
+        dkdv_block = dkdv_block || (c->DK == c->DV && (c->DK == 16 || c->DK == 8));
+    }
+    if (dq_block) assert_true(program_built_with(te.ctx, "nsa_bwd_dq.cl", "#define GT 16\n", NULL));
+    if (dkdv_block) assert_true(program_built_with(te.ctx, "nsa_bwd_dkdv.cl", "#define TKK 16\n#define RQ 8\n", NULL));
+    clnsa_context_destroy(te.ctx);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_cases),
         cmocka_unit_test(test_determinism),
         cmocka_unit_test(test_padded_dout),
+        cmocka_unit_test(test_blocks),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

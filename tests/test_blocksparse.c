@@ -8,7 +8,8 @@
  * custom positions, mask blocks of 16..128, strided (permuted) views, tiles
  * forced to sizes that do not divide the mask blocks; f32 within 1e-5 relative L2,
  * f16 / bf16 within 1e-2. Determinism: two backward runs, and a run with
- * another work-group size, give bitwise equal gradients.
+ * another work-group size, give bitwise equal gradients. test_pv_blocks
+ * runs the f32 cases with the forward's P V in 4 x 4 blocks (a tuning file).
  *
  * test_warp_cases runs the tensor-core forward (blocksparse_fwd_warp.cl) on
  * NVIDIA's tensor cores, or emulated elsewhere (the f16 / bf16 cases above
@@ -533,6 +534,28 @@ static void test_cases(void **state)
         if (!only || strcmp(only, cases[i].name) == 0) run_case(&cases[i], 4321 + i, false);
 }
 
+/* The forward's P V in 4 x 4 blocks a work-item (attn_tile.h's PV_BLOCK,
+ * the V tile unpadded), forced by a tuning file (WG = BQ * DV / 16) on the
+ * f32 cases with DV 16 or 8. */
+static void test_pv_blocks(void **state)
+{
+    (void)state;
+    clnsa_context *own = env.ctx;
+    env.ctx = test_context_with_tuning(
+        &env, "{\"clnsa_tuning\": 1, \"entries\": [\n"
+              " {\"family\": \"blocksparse_fwd\", \"shape\": {\"dv\": 16}, \"params\": {\"WG\": 16, \"BQ\": 16, \"BK\": 16}},\n"
+              " {\"family\": \"blocksparse_fwd\", \"shape\": {\"dv\": 8}, \"params\": {\"WG\": 8, \"BQ\": 16, \"BK\": 8}}\n]}\n");
+    bool ran = false;
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; ++i)
+        if (cases[i].dt == F32 && (cases[i].DV == 16 || cases[i].DV == 8)) {
+            run_case(&cases[i], 9753 + i, false);
+            ran = true;
+        }
+    if (ran) assert_true(program_built_with(env.ctx, "blocksparse_fwd.cl", "#define GT 16\n", NULL));
+    clnsa_context_destroy(env.ctx);
+    env.ctx = own;
+}
+
 /* Each builder alone, then merged into another with AND and OR, against the
  * reference builders, at block sizes that do not divide the lengths. */
 static void test_builders(void **state)
@@ -702,6 +725,7 @@ int main(void)
         cmocka_unit_test(test_errors),
         cmocka_unit_test(test_builders),
         cmocka_unit_test(test_cases),
+        cmocka_unit_test(test_pv_blocks),
         cmocka_unit_test(test_determinism),
         cmocka_unit_test(test_warp_cases),
     };

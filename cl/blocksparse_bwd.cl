@@ -22,6 +22,23 @@
 
 #define DSINK_LANES 64
 
+/* dk/dv's and dq's outputs in 4 x 4 blocks a work-item where they are 16 a
+ * work-item (common.h's accumulate_block, block_elem); else element
+ * lid + i*WG of the row-major tile. The same sums in the same order. */
+#define KV_BLOCK (DK == DV && BLOCK_OF(BK, DK, WG))
+#define Q_BLOCK BLOCK_OF(BQ, DK, WG)
+inline bool tile_elem(bool block, int i, int lid, int rows, int cols, int *r, int *c)
+{
+    if (block) {
+        block_elem(i, lid, cols, r, c);
+        return true;
+    }
+    const int x = lid + i * WG;
+    *r = x / cols;
+    *c = rem_of(x, *r, cols);
+    return x < rows * cols;
+}
+
 #if SOFTCAP
 #define CS_LEN (BQ * BK)
 #else
@@ -169,40 +186,53 @@ __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void bs_bwd_dkdv(
             tile_probs(qs, ks, ps, cs, lse_s, qpos, qseg, kpos, kseg, map, mbase, map_st, QB, KB, i0, j0, nq, nk, Tq,
                        t >= nfull, scale, softcap, wl, wr, has_seg, lid);
             barrier(CLK_LOCAL_MEM_FENCE);
+#if KV_BLOCK
+            {
+                int j, d;
+                tile_elem(true, 0, lid, BK, DV, &j, &d);
+                accumulate_block(ps, BK, j, false, dos, DV, d, acc_v, nq);
+            }
+#else
             for (int i = 0; i < NVD; ++i) {
-                const int x = lid + i * WG;
-                if (x < BK * DV) {
-                    const int j = x / DV, d = x - j * DV;
+                int j, d;
+                if (tile_elem(false, i, lid, BK, DV, &j, &d)) {
                     float a = acc_v[i];
                     for (int r = 0; r < nq; ++r) a = fma(ps[r * BK + j], dos[r * DV + d], a);
                     acc_v[i] = a;
                 }
             }
+#endif
             barrier(CLK_LOCAL_MEM_FENCE);
             tile_dz(ps, cs, dos, vs, dl_s, lid);
             barrier(CLK_LOCAL_MEM_FENCE);
+#if KV_BLOCK
+            {
+                int j, d;
+                tile_elem(true, 0, lid, BK, DK, &j, &d);
+                accumulate_block(ps, BK, j, false, qs, DK, d, acc_k, nq);
+            }
+#else
             for (int i = 0; i < NKD; ++i) {
-                const int x = lid + i * WG;
-                if (x < BK * DK) {
-                    const int j = x / DK, d = x - j * DK;
+                int j, d;
+                if (tile_elem(false, i, lid, BK, DK, &j, &d)) {
                     float a = acc_k[i];
                     for (int r = 0; r < nq; ++r) a = fma(ps[r * BK + j], qs[r * DK + d], a);
                     acc_k[i] = a;
                 }
             }
+#endif
         }
     }
     if (dk)
         for (int i = 0; i < NKD; ++i) {
-            const int x = lid + i * WG;
-            const int j = x / DK, d = x - j * DK;
-            if (x < BK * DK && j < nk) STORE(dk, at4(dk_off, dk_st, b, j0 + j, h, d), acc_k[i] * scale);
+            int j, d;
+            if (tile_elem(KV_BLOCK, i, lid, BK, DK, &j, &d) && j < nk)
+                STORE(dk, at4(dk_off, dk_st, b, j0 + j, h, d), acc_k[i] * scale);
         }
     if (dv)
         for (int i = 0; i < NVD; ++i) {
-            const int x = lid + i * WG;
-            const int j = x / DV, d = x - j * DV;
-            if (x < BK * DV && j < nk) STORE(dv, at4(dv_off, dv_st, b, j0 + j, h, d), acc_v[i]);
+            int j, d;
+            if (tile_elem(KV_BLOCK, i, lid, BK, DV, &j, &d) && j < nk) STORE(dv, at4(dv_off, dv_st, b, j0 + j, h, d), acc_v[i]);
         }
 }
 
@@ -242,20 +272,26 @@ __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void bs_bwd_dq(
         barrier(CLK_LOCAL_MEM_FENCE);
         tile_dz(ps, cs, dos, vs, dl_s, lid);
         barrier(CLK_LOCAL_MEM_FENCE);
+#if Q_BLOCK
+        {
+            int g, d;
+            tile_elem(true, 0, lid, BQ, DK, &g, &d);
+            accumulate_block(ps, BK, g, true, ks, KPAD(DK), d, acc, nk);
+        }
+#else
         for (int i = 0; i < NQD; ++i) {
-            const int x = lid + i * WG;
-            if (x < BQ * DK) {
-                const int g = x / DK, d = x - g * DK;
+            int g, d;
+            if (tile_elem(false, i, lid, BQ, DK, &g, &d)) {
                 float a = acc[i];
                 for (int j = 0; j < nk; ++j) a = fma(ps[g * BK + j], ks[j * KPAD(DK) + d], a);
                 acc[i] = a;
             }
         }
+#endif
     }
     for (int i = 0; i < NQD; ++i) {
-        const int x = lid + i * WG;
-        const int g = x / DK, d = x - g * DK;
-        if (x < BQ * DK && g < nq) STORE(dq, at4(dq_off, dq_st, b, i0 + g, hq, d), acc[i] * scale);
+        int g, d;
+        if (tile_elem(Q_BLOCK, i, lid, BQ, DK, &g, &d) && g < nq) STORE(dq, at4(dq_off, dq_st, b, i0 + g, hq, d), acc[i] * scale);
     }
 }
 

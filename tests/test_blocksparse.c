@@ -534,9 +534,10 @@ static void test_cases(void **state)
         if (!only || strcmp(only, cases[i].name) == 0) run_case(&cases[i], 4321 + i, false);
 }
 
-/* The forward's P V in 4 x 4 blocks a work-item (attn_tile.h's PV_BLOCK,
- * the V tile unpadded), forced by a tuning file (WG = BQ * DV / 16) on the
- * f32 cases with DV 16 or 8. */
+/* The outputs in 4 x 4 blocks a work-item: the forward's P V (attn_tile.h's
+ * PV_BLOCK, the V tile unpadded; WG = BQ * DV / 16) and the backward's dk/dv
+ * and dq (blocksparse_bwd.cl's KV_BLOCK, Q_BLOCK; WG = BK * D / 16 = BQ * D
+ * / 16), forced by a tuning file on the f32 cases with DV 16 or 8. */
 static void test_pv_blocks(void **state)
 {
     (void)state;
@@ -544,14 +545,19 @@ static void test_pv_blocks(void **state)
     env.ctx = test_context_with_tuning(
         &env, "{\"clnsa_tuning\": 1, \"entries\": [\n"
               " {\"family\": \"blocksparse_fwd\", \"shape\": {\"dv\": 16}, \"params\": {\"WG\": 16, \"BQ\": 16, \"BK\": 16}},\n"
-              " {\"family\": \"blocksparse_fwd\", \"shape\": {\"dv\": 8}, \"params\": {\"WG\": 8, \"BQ\": 16, \"BK\": 8}}\n]}\n");
+              " {\"family\": \"blocksparse_fwd\", \"shape\": {\"dv\": 8}, \"params\": {\"WG\": 8, \"BQ\": 16, \"BK\": 8}},\n"
+              " {\"family\": \"blocksparse_bwd\", \"shape\": {\"dk\": 16, \"dv\": 16}, \"params\": {\"WG\": 16, \"BQ\": 16, \"BK\": 16}},\n"
+              " {\"family\": \"blocksparse_bwd\", \"shape\": {\"dk\": 24, \"dv\": 8}, \"params\": {\"WG\": 24, \"BQ\": 16, \"BK\": 8}}\n]}\n");
     bool ran = false;
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; ++i)
         if (cases[i].dt == F32 && (cases[i].DV == 16 || cases[i].DV == 8)) {
             run_case(&cases[i], 9753 + i, false);
             ran = true;
         }
-    if (ran) assert_true(program_built_with(env.ctx, "blocksparse_fwd.cl", "#define GT 16\n", NULL));
+    if (ran) {
+        assert_true(program_built_with(env.ctx, "blocksparse_fwd.cl", "#define GT 16\n", NULL));
+        assert_true(program_built_with(env.ctx, "blocksparse_bwd.cl", "#define WG 16\n", NULL));
+    }
     clnsa_context_destroy(env.ctx);
     env.ctx = own;
 }

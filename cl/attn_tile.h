@@ -46,18 +46,7 @@ inline void attn_reset(ATTN_SMEM_PARAMS, float acc[ACC_N], int lid)
 
 /* Output element i of work-item lid: its row *g and column *d; false
  * where it lies past the tile. */
-inline bool acc_elem(int i, int lid, int *g, int *d)
-{
-#if PV_BLOCK
-    block_elem(i, lid, DV, g, d);
-    return true;
-#else
-    const int idx = lid + i * WG;
-    *g = idx / DV;
-    *d = rem_of(idx, *g, DV);
-    return idx < GT * DV;
-#endif
-}
+inline bool acc_elem(int i, int lid, int *g, int *d) { return tile_elem(PV_BLOCK, i, lid, WG, GT, DV, g, d); }
 
 /* acc = alpha * acc + P V over the tile's nk keys, each output's sum in key
  * order (as the reference). */

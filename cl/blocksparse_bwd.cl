@@ -27,17 +27,6 @@
  * lid + i*WG of the row-major tile. The same sums in the same order. */
 #define KV_BLOCK (DK == DV && BLOCK_OF(BK, DK, WG))
 #define Q_BLOCK BLOCK_OF(BQ, DK, WG)
-inline bool tile_elem(bool block, int i, int lid, int rows, int cols, int *r, int *c)
-{
-    if (block) {
-        block_elem(i, lid, cols, r, c);
-        return true;
-    }
-    const int x = lid + i * WG;
-    *r = x / cols;
-    *c = rem_of(x, *r, cols);
-    return x < rows * cols;
-}
 
 #if SOFTCAP
 #define CS_LEN (BQ * BK)
@@ -189,13 +178,13 @@ __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void bs_bwd_dkdv(
 #if KV_BLOCK
             {
                 int j, d;
-                tile_elem(true, 0, lid, BK, DV, &j, &d);
+                tile_elem(true, 0, lid, WG, BK, DV, &j, &d);
                 accumulate_block(ps, BK, j, false, dos, DV, d, acc_v, nq);
             }
 #else
             for (int i = 0; i < NVD; ++i) {
                 int j, d;
-                if (tile_elem(false, i, lid, BK, DV, &j, &d)) {
+                if (tile_elem(false, i, lid, WG, BK, DV, &j, &d)) {
                     float a = acc_v[i];
                     for (int r = 0; r < nq; ++r) a = fma(ps[r * BK + j], dos[r * DV + d], a);
                     acc_v[i] = a;
@@ -208,13 +197,13 @@ __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void bs_bwd_dkdv(
 #if KV_BLOCK
             {
                 int j, d;
-                tile_elem(true, 0, lid, BK, DK, &j, &d);
+                tile_elem(true, 0, lid, WG, BK, DK, &j, &d);
                 accumulate_block(ps, BK, j, false, qs, DK, d, acc_k, nq);
             }
 #else
             for (int i = 0; i < NKD; ++i) {
                 int j, d;
-                if (tile_elem(false, i, lid, BK, DK, &j, &d)) {
+                if (tile_elem(false, i, lid, WG, BK, DK, &j, &d)) {
                     float a = acc_k[i];
                     for (int r = 0; r < nq; ++r) a = fma(ps[r * BK + j], qs[r * DK + d], a);
                     acc_k[i] = a;
@@ -226,13 +215,14 @@ __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void bs_bwd_dkdv(
     if (dk)
         for (int i = 0; i < NKD; ++i) {
             int j, d;
-            if (tile_elem(KV_BLOCK, i, lid, BK, DK, &j, &d) && j < nk)
+            if (tile_elem(KV_BLOCK, i, lid, WG, BK, DK, &j, &d) && j < nk)
                 STORE(dk, at4(dk_off, dk_st, b, j0 + j, h, d), acc_k[i] * scale);
         }
     if (dv)
         for (int i = 0; i < NVD; ++i) {
             int j, d;
-            if (tile_elem(KV_BLOCK, i, lid, BK, DV, &j, &d) && j < nk) STORE(dv, at4(dv_off, dv_st, b, j0 + j, h, d), acc_v[i]);
+            if (tile_elem(KV_BLOCK, i, lid, WG, BK, DV, &j, &d) && j < nk)
+                STORE(dv, at4(dv_off, dv_st, b, j0 + j, h, d), acc_v[i]);
         }
 }
 
@@ -275,13 +265,13 @@ __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void bs_bwd_dq(
 #if Q_BLOCK
         {
             int g, d;
-            tile_elem(true, 0, lid, BQ, DK, &g, &d);
+            tile_elem(true, 0, lid, WG, BQ, DK, &g, &d);
             accumulate_block(ps, BK, g, true, ks, KPAD(DK), d, acc, nk);
         }
 #else
         for (int i = 0; i < NQD; ++i) {
             int g, d;
-            if (tile_elem(false, i, lid, BQ, DK, &g, &d)) {
+            if (tile_elem(false, i, lid, WG, BQ, DK, &g, &d)) {
                 float a = acc[i];
                 for (int j = 0; j < nk; ++j) a = fma(ps[g * BK + j], ks[j * KPAD(DK) + d], a);
                 acc[i] = a;
@@ -291,7 +281,8 @@ __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void bs_bwd_dq(
     }
     for (int i = 0; i < NQD; ++i) {
         int g, d;
-        if (tile_elem(Q_BLOCK, i, lid, BQ, DK, &g, &d) && g < nq) STORE(dq, at4(dq_off, dq_st, b, i0 + g, hq, d), acc[i] * scale);
+        if (tile_elem(Q_BLOCK, i, lid, WG, BQ, DK, &g, &d) && g < nq)
+            STORE(dq, at4(dq_off, dq_st, b, i0 + g, hq, d), acc[i] * scale);
     }
 }
 

@@ -268,6 +268,21 @@ inline void block_elem(int i, int lid, int cols, int *r, int *c)
     *c = 4 * rem_of(lid, rb, cols / 4) + (i & 3);
 }
 
+/* Output i of work-item lid in a rows x cols tile: its block's (block:
+ * BLOCK_OF holds), else element lid + i*wg of the row-major tile; false
+ * where that lies past the tile. */
+inline bool tile_elem(bool block, int i, int lid, int wg, int rows, int cols, int *r, int *c)
+{
+    if (block) {
+        block_elem(i, lid, cols, r, c);
+        return true;
+    }
+    const int x = lid + i * wg;
+    *r = x / cols;
+    *c = rem_of(x, *r, cols);
+    return x < rows * cols;
+}
+
 /* acc[4r + c] += sum over j < n of a(r, j) * m[j * m_stride + c0 + c] for
  * r, c < 4, in j order (as accumulate_rows: the same bits), where a(r, j)
  * is a[(r0 + r) * a_stride + j] (a_rows) or a[j * a_stride + r0 + r]. Per

@@ -49,15 +49,7 @@
  * and column *d; false where it lies past the tile. */
 inline bool dkdv_elem(int i, int lid, int dim, int *j, int *d)
 {
-#if DKDV_BLOCK
-    block_elem(i, lid, dim, j, d);
-    return true;
-#else
-    const int idx = lid + i * WG;
-    *j = idx / dim;
-    *d = rem_of(idx, *j, dim);
-    return idx < TKK * dim;
-#endif
+    return tile_elem(DKDV_BLOCK, i, lid, WG, TKK, dim, j, d);
 }
 
 inline void accumulate_dkdv(__local const float *pp, __local const float *dss, __local const float *qs,

@@ -41,18 +41,7 @@
 
 /* Output element i of work-item lid: its row *g and column *d; false
  * where it lies past the tile. */
-inline bool dq_elem(int i, int lid, int *g, int *d)
-{
-#if DQ_BLOCK
-    block_elem(i, lid, DK, g, d);
-    return true;
-#else
-    const int idx = lid + i * WG;
-    *g = idx / DK;
-    *d = rem_of(idx, *g, DK);
-    return idx < GT * DK;
-#endif
-}
+inline bool dq_elem(int i, int lid, int *g, int *d) { return tile_elem(DQ_BLOCK, i, lid, WG, GT, DK, g, d); }
 
 /* dq += scale ps K over a tile of nk keys, already in ks (rows ks_stride
  * apart) and ps (rows of tk). */

@@ -543,11 +543,10 @@ static void test_pv_blocks(void **state)
     (void)state;
     clnsa_context *own = env.ctx;
     env.ctx = test_context_with_tuning(
-        &env, "{\"clnsa_tuning\": 1, \"entries\": [\n"
-              " {\"family\": \"blocksparse_fwd\", \"shape\": {\"dv\": 16}, \"params\": {\"WG\": 16, \"BQ\": 16, \"BK\": 16}},\n"
+        &env, " {\"family\": \"blocksparse_fwd\", \"shape\": {\"dv\": 16}, \"params\": {\"WG\": 16, \"BQ\": 16, \"BK\": 16}},\n"
               " {\"family\": \"blocksparse_fwd\", \"shape\": {\"dv\": 8}, \"params\": {\"WG\": 8, \"BQ\": 16, \"BK\": 8}},\n"
               " {\"family\": \"blocksparse_bwd\", \"shape\": {\"dk\": 16, \"dv\": 16}, \"params\": {\"WG\": 16, \"BQ\": 16, \"BK\": 16}},\n"
-              " {\"family\": \"blocksparse_bwd\", \"shape\": {\"dk\": 24, \"dv\": 8}, \"params\": {\"WG\": 24, \"BQ\": 16, \"BK\": 8}}\n]}\n");
+              " {\"family\": \"blocksparse_bwd\", \"shape\": {\"dk\": 24, \"dv\": 8}, \"params\": {\"WG\": 24, \"BQ\": 16, \"BK\": 8}}");
     bool ran = false;
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; ++i)
         if (cases[i].dt == F32 && (cases[i].DV == 16 || cases[i].DV == 8)) {

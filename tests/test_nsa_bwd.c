@@ -126,11 +126,10 @@ static void test_blocks(void **state)
     (void)state;
     test_env te = env;
     te.ctx = test_context_with_tuning(
-        &env, "{\"clnsa_tuning\": 1, \"entries\": [\n"
-              " {\"family\": \"nsa_bwd_dq\", \"shape\": {\"dk\": 16}, \"params\": {\"WG\": 16, \"GT\": 16, \"TK\": 8}},\n"
+        &env, " {\"family\": \"nsa_bwd_dq\", \"shape\": {\"dk\": 16}, \"params\": {\"WG\": 16, \"GT\": 16, \"TK\": 8}},\n"
               " {\"family\": \"nsa_bwd_dq\", \"shape\": {\"dk\": 8}, \"params\": {\"WG\": 8, \"GT\": 16, \"TK\": 8}},\n"
               " {\"family\": \"nsa_bwd_dkdv\", \"shape\": {\"dk\": 16, \"dv\": 16}, \"params\": {\"WG\": 16, \"TKK\": 16, \"RQ\": 8}},\n"
-              " {\"family\": \"nsa_bwd_dkdv\", \"shape\": {\"dk\": 8, \"dv\": 8}, \"params\": {\"WG\": 8, \"TKK\": 16, \"RQ\": 8}}\n]}\n");
+              " {\"family\": \"nsa_bwd_dkdv\", \"shape\": {\"dk\": 8, \"dv\": 8}, \"params\": {\"WG\": 8, \"TKK\": 16, \"RQ\": 8}}");
     bool dq_block = false, dkdv_block = false;
     for (size_t i = 0; i < nsa_case_count; ++i) {
         const nsa_case *c = &nsa_cases[i];

@@ -44,9 +44,8 @@ static void test_pv_blocks(void **state)
     (void)state;
     test_env te = env;
     te.ctx = test_context_with_tuning(
-        &env, "{\"clnsa_tuning\": 1, \"entries\": [\n"
-              " {\"family\": \"nsa_fwd\", \"shape\": {\"dv\": 24}, \"params\": {\"WG\": 24, \"GT\": 16, \"TK\": 8}},\n"
-              " {\"family\": \"nsa_fwd\", \"shape\": {\"dv\": 8}, \"params\": {\"WG\": 8, \"GT\": 16, \"TK\": 4}}\n]}\n");
+        &env, " {\"family\": \"nsa_fwd\", \"shape\": {\"dv\": 24}, \"params\": {\"WG\": 24, \"GT\": 16, \"TK\": 8}},\n"
+              " {\"family\": \"nsa_fwd\", \"shape\": {\"dv\": 8}, \"params\": {\"WG\": 8, \"GT\": 16, \"TK\": 4}}");
     const char *built[2] = {"#define WG 24\n#define GT 16\n", "#define WG 8\n#define GT 16\n"};
     for (size_t i = 0; i < nsa_case_count; ++i) {
         const nsa_case *c = &nsa_cases[i];

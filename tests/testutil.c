@@ -97,12 +97,12 @@ const char *test_env_use_warp_path(test_env *env)
     return nv ? "NVIDIA tensor cores" : "emulated";
 }
 
-clnsa_context *test_context_with_tuning(const test_env *env, const char *json)
+clnsa_context *test_context_with_tuning(const test_env *env, const char *entries)
 {
     char path[64];
     snprintf(path, sizeof path, "/tmp/clnsa_test_tuning_%d.json", (int)getpid());
     FILE *f = fopen(path, "w");
-    if (!f || fputs(json, f) < 0 || fclose(f) != 0) {
+    if (!f || fprintf(f, "{\"clnsa_tuning\": 1, \"entries\": [\n%s\n]}\n", entries) < 0 || fclose(f) != 0) {
         fprintf(stderr, "%s: cannot write the tuning file\n", path);
         exit(1);
     }

@@ -31,10 +31,11 @@ clnsa_context_options test_warp_options(const clnsa_device_info *info);
  * path runs. */
 const char *test_env_use_warp_path(test_env *env);
 
-/* A second clnsa context on env's device whose tuning is the user file
- * holding `json` (clnsa_context_options.tuning_file), for a test that
- * needs kernel parameters no database entry gives. Exits on failure. */
-clnsa_context *test_context_with_tuning(const test_env *env, const char *json);
+/* A second clnsa context on env's device whose tuning is a user file
+ * (clnsa_context_options.tuning_file) holding `entries` (JSON objects,
+ * comma-separated), for a test that needs kernel parameters no database
+ * entry gives. Exits on failure. */
+clnsa_context *test_context_with_tuning(const test_env *env, const char *entries);
 
 /* A test executable whose tests share one device: defines `env` and the
  * CMocka group setup/teardown that open and close it (pass `setup` and

@@ -21,17 +21,13 @@
  * recomputing p and dp, two of its three products.
  *
  * Defines (besides nsa_dkdv.h): WG, DK, DV, TKK, RQ, DK_N = ceil(TKK*DK/WG),
- * DV_N = ceil(TKK*DV/WG), ACCUM, NSPLIT.
+ * DV_N = ceil(TKK*DV/WG), ACCUM, NSPLIT, DS_KEEP and KSP.
  * NDRange: (WG * tiles * NSPLIT, H, B).
  */
 #if DS_KEEP && BRANCH != 1
 #error "the portable dk/dv pass keeps the selected branch's dS only"
 #endif
 
-/* dv += P^T (g do) and dk += scale dS^T Q over the chunk's RQ rows, each
- * sum in row order. The rows run outermost, so that a work-item's outputs
- * of one column (WG a multiple of the head dim) share each read of a do or
- * q element: with the rows innermost every product took two local reads. */
 /* Query rows a work-item takes per key in the scores: two where the chunk
  * has two pairs per work-item, so that each read of the key tiles, which
  * are padded and so read one float at a time (the unpadded q and do rows
@@ -52,6 +48,10 @@ inline bool dkdv_elem(int i, int lid, int dim, int *j, int *d)
     return tile_elem(DKDV_BLOCK, i, lid, WG, TKK, dim, j, d);
 }
 
+/* dv += P^T (g do) and dk += scale dS^T Q over the chunk's RQ rows, each
+ * sum in row order. The rows run outermost, so that a work-item's outputs
+ * of one column (WG a multiple of the head dim) share each read of a do or
+ * q element: with the rows innermost every product took two local reads. */
 inline void accumulate_dkdv(__local const float *pp, __local const float *dss, __local const float *qs,
                             __local const float *dos, float *dka, float *dva, float scale, int lid)
 {

@@ -160,6 +160,10 @@ if want oclgrind; then
     og test_nsa_bwd "all branches G=1"
     og test_nsa_bwd "given k_cmp v_cmp"
     og test_nsa_bwd "linear compression"
+    # 16 heads and more a group: the portable kernels' 4 x 4 output blocks
+    # (test_pv_blocks, test_blocks: the forward's P V, dq, dk/dv)
+    og test_nsa_fwd "G=20 > head tile"
+    og test_nsa_bwd "G=20 > head tile"
     og test_select_index "varlen, odd chunk"
     og test_blocksparse "builders"
     og test_blocksparse "B window 5,3 softcap sinks G=8 Tq>Tk"

@@ -547,9 +547,10 @@ static void test_pv_blocks(void **state)
               " {\"family\": \"blocksparse_fwd\", \"shape\": {\"dv\": 8}, \"params\": {\"WG\": 8, \"BQ\": 16, \"BK\": 8}},\n"
               " {\"family\": \"blocksparse_bwd\", \"shape\": {\"dk\": 16, \"dv\": 16}, \"params\": {\"WG\": 16, \"BQ\": 16, \"BK\": 16}},\n"
               " {\"family\": \"blocksparse_bwd\", \"shape\": {\"dk\": 24, \"dv\": 8}, \"params\": {\"WG\": 24, \"BQ\": 16, \"BK\": 8}}");
+    const char *only = getenv("CLNSA_TEST_CASE");
     bool ran = false;
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; ++i)
-        if (cases[i].dt == F32 && (cases[i].DV == 16 || cases[i].DV == 8)) {
+        if (cases[i].dt == F32 && (cases[i].DV == 16 || cases[i].DV == 8) && (!only || strcmp(only, cases[i].name) == 0)) {
             run_case(&cases[i], 9753 + i, false);
             ran = true;
         }

@@ -123,13 +123,6 @@ inline void attend_scores(ATTN_SMEM_PARAMS, float acc[ACC_N], int nk, int lid)
     barrier(CLK_LOCAL_MEM_FENCE);
 }
 
-/* A work-item's scores of a tile: TILE_SR rows by TILE_SC keys (dot_tile).
- * Its keys are TK / TILE_SC apart, so that neighbouring work-items read
- * neighbouring (padded) rows. */
-#define TILE_SR TILE_SR_OF(GT, TK, WG)
-#define TILE_SC TILE_SC_OF(GT, TK, WG)
-#define TILE_COLS (TK / TILE_SC)
-
 /* Score tile `it` of a key tile of nk keys (already in ks): its first row
  * (*g0), its first key (*jt; its keys are TILE_COLS apart) and its dot
  * products; the caller masks keys past nk (score_tile). */

@@ -213,6 +213,13 @@ inline void gather_rows(__local float *dst, int dst_stride, int nrows, int ncols
  * reads). Function-like macros so that #if can pick them per kernel. */
 #define TILE_SR_OF(rows, keys, wg) (((rows) * (keys) >= 4 * (wg) && (rows) % 2 == 0 && (keys) % 2 == 0) ? 2 : 1)
 #define TILE_SC_OF(rows, keys, wg) (((rows) * (keys) >= 2 * (wg) && (keys) % 2 == 0) ? 2 : 1)
+/* The score tiles of a per-query kernel (GT rows by TK keys, WG work-items:
+ * attn_tile.h, nsa_bwd_dq.cl): a work-item's TILE_SR rows by TILE_SC keys,
+ * its keys TILE_COLS apart so that neighbouring work-items read
+ * neighbouring (padded) key rows. */
+#define TILE_SR TILE_SR_OF(GT, TK, WG)
+#define TILE_SC TILE_SC_OF(GT, TK, WG)
+#define TILE_COLS (TK / TILE_SC)
 
 /* Score tile `it` of a work-group's rows x keys products, cut in tiles of
  * sr rows by sc keys that lie cols = keys / sc apart (so that neighbouring

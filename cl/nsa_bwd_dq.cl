@@ -20,10 +20,6 @@
         __local float *row_lse, __local float *row_d, __local float *row_g
 #define DQ_SMEM qs, dos, ks, vs, ps, row_lse, row_d, row_g
 
-/* A work-item's scores of a tile: TILE_SR rows by TILE_SC keys (dot_tile). */
-#define TILE_SR TILE_SR_OF(GT, TK, WG)
-#define TILE_SC TILE_SC_OF(GT, TK, WG)
-#define TILE_COLS (TK / TILE_SC)
 #define DQ_ONE_COL (WG % DK == 0)
 /* dq's outputs in 4 x 4 blocks a work-item where they are 16 a work-item
  * (common.h's accumulate_block), as the forward's P V (attn_tile.h) */

@@ -6,6 +6,7 @@
  * and its file loads back and is used. Linked with the static library: it
  * calls the internals. */
 #include "nsa_case.h"
+#include "programs.h"
 
 #include "tuning/tuning.h"
 
@@ -236,14 +237,6 @@ static nsa_case tiny_case(void)
     return c;
 }
 
-/* Does ctx hold a program built with these leading parameter defines? */
-static bool built_with(const clnsa_context *ctx, const char *defines)
-{
-    for (const program_entry *e = ctx->programs; e; e = e->next)
-        if (strstr(e->key, defines)) return true;
-    return false;
-}
-
 static void test_reject_before_compiling(void **state)
 {
     (void)state;
@@ -272,7 +265,7 @@ static void test_reject_before_compiling(void **state)
     assert_int_equal(env.ctx->stats.disk_hits, hits);
     char defines[64];
     snprintf(defines, sizeof defines, "#define TK %d\n", v[2]);
-    assert_false(built_with(env.ctx, defines));
+    assert_false(program_built_with(env.ctx, defines, "", NULL));
     clReleaseMemObject(ws);
     nsa_run_free(&r);
 }
@@ -349,7 +342,7 @@ static void test_tune_run(void **state)
     nsa_run_forward(&te, &b);
     char defines[96];
     snprintf(defines, sizeof defines, "#define WG %d\n#define GT %d\n", v[0], v[1]);
-    assert_true(built_with(tuned, defines));
+    assert_true(program_built_with(tuned, defines, "", NULL));
     const double e = rel_l2(b.o, a.o, a.nq * cs.DV);
     if (!(e <= 1e-5)) print_error("tuned forward differs from the default context's: rel L2 %.3g\n", e);
     assert_true(e <= 1e-5);
@@ -442,8 +435,8 @@ static void test_blocksparse_families(void **state)
     size_t n[5];
     blocksparse_run(env.ctx, ref, n);
     blocksparse_run(ctx, got, n);
-    assert_true(built_with(ctx, "#define GT 8\n#define TK 24\n"));
-    assert_true(built_with(ctx, "#define BQ 24\n#define BK 8\n"));
+    assert_true(program_built_with(ctx, "#define GT 8\n#define TK 24\n", "", NULL));
+    assert_true(program_built_with(ctx, "#define BQ 24\n#define BK 8\n", "", NULL));
     for (int i = 0; i < 5; ++i) {
         const double e = rel_l2_lse(got[i], ref[i], n[i]);
         if (!(e <= 1e-5)) print_error("output %d with the user file's tiles: rel L2 %.3g\n", i, e);

@@ -52,7 +52,7 @@ static void test_pv_blocks(void **state)
         if (c->HQ / c->H < 16 || c->dt != CLNSA_DTYPE_F32 || !nsa_case_selected(c->name)) continue;
         assert_true(c->DV == 24 || c->DV == 8);
         run_case(&te, c, 5678 + i);
-        assert_true(program_built_with(te.ctx, "nsa_fwd.cl", built[c->DV == 8], NULL));
+        if (!test_tuning_env_overrides()) assert_true(program_built_with(te.ctx, "nsa_fwd.cl", built[c->DV == 8], NULL));
     }
     clnsa_context_destroy(te.ctx);
 }

@@ -119,6 +119,16 @@ clnsa_context *test_context_with_tuning(const test_env *env, const char *entries
     return ctx;
 }
 
+bool test_tuning_env_overrides(void)
+{
+    static const char *const vars[] = {"CLNSA_TUNE_WG", "CLNSA_TUNE_TK", "CLNSA_TUNE_BS_FWD_BQ", "CLNSA_TUNE_BS_FWD_BK",
+                                       "CLNSA_TUNE_BS_BWD_BQ", "CLNSA_TUNE_BS_BWD_BK", "CLNSA_WG_MULTIPLE",
+                                       "CLNSA_MAX_WORK_GROUP", "CLNSA_MAX_LOCAL_MEM"};
+    for (size_t i = 0; i < sizeof vars / sizeof vars[0]; ++i)
+        if (getenv(vars[i])) return true;
+    return false;
+}
+
 void test_env_close(test_env *env)
 {
     clnsa_context_destroy(env->ctx);

@@ -209,6 +209,9 @@ clnsa_status plan_run(clnsa_context *ctx, op_plan *p, clnsa_status prepared, cl_
     } while (0)
 
 int cx_env_int(const char *name, int fallback);
+/* Is a probed limit lowered through the environment (CLNSA_MAX_LOCAL_MEM,
+ * CLNSA_MAX_WORK_GROUP, CLNSA_WG_MULTIPLE, CLNSA_MAX_MEM_ALLOC)? */
+bool device_limits_from_env(void);
 size_t round_up(size_t x, size_t m);
 
 #endif

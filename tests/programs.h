@@ -1,10 +1,12 @@
 /* programs.h: for the tests linked with the library's internals (see
  * meson.build): which kernel files a context has built, to assert that a
- * case took the path it was meant for (the tensor-core kernels). */
+ * case took the path it was meant for (the tensor-core kernels, a tuning
+ * file's tiles where tune_env_overrides() leaves the file in force). */
 #ifndef CLNSA_TESTS_PROGRAMS_H
 #define CLNSA_TESTS_PROGRAMS_H
 
 #include "internal.h"
+#include "tuning/tuning.h"
 
 #include <stdbool.h>
 #include <string.h>

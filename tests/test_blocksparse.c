@@ -543,7 +543,7 @@ static void test_pv_blocks(void **state)
     (void)state;
     clnsa_context *own = env.ctx;
     env.ctx = test_context_with_tuning(
-        &env, " {\"family\": \"blocksparse_fwd\", \"shape\": {\"dv\": 16}, \"params\": {\"WG\": 16, \"BQ\": 16, \"BK\": 16}},\n"
+        &env, NULL, " {\"family\": \"blocksparse_fwd\", \"shape\": {\"dv\": 16}, \"params\": {\"WG\": 16, \"BQ\": 16, \"BK\": 16}},\n"
               " {\"family\": \"blocksparse_fwd\", \"shape\": {\"dv\": 8}, \"params\": {\"WG\": 8, \"BQ\": 16, \"BK\": 8}},\n"
               " {\"family\": \"blocksparse_bwd\", \"shape\": {\"dk\": 16, \"dv\": 16}, \"params\": {\"WG\": 16, \"BQ\": 16, \"BK\": 16}},\n"
               " {\"family\": \"blocksparse_bwd\", \"shape\": {\"dk\": 24, \"dv\": 8}, \"params\": {\"WG\": 24, \"BQ\": 16, \"BK\": 8}}");
@@ -553,7 +553,7 @@ static void test_pv_blocks(void **state)
         const bs_case *c = &cases[i];
         if (c->dt != F32 || (c->DV != 16 && c->DV != 8) || (only && strcmp(only, c->name) != 0)) continue;
         run_case(c, 9753 + i, false);
-        if (test_tuning_env_overrides()) continue;
+        if (tune_env_overrides()) continue;
         assert_true(program_built_with(env.ctx, "blocksparse_fwd.cl", "#define GT 16\n", NULL));
         if ((c->D == 16 && c->DV == 16) || (c->D == 24 && c->DV == 8)) /* the backward's two entries */
             assert_true(program_built_with(env.ctx, "blocksparse_bwd.cl", bwd_built[c->DV == 8], NULL));

@@ -126,7 +126,7 @@ static void test_blocks(void **state)
     (void)state;
     test_env te = env;
     te.ctx = test_context_with_tuning(
-        &env, " {\"family\": \"nsa_bwd_dq\", \"shape\": {\"dk\": 16}, \"params\": {\"WG\": 16, \"GT\": 16, \"TK\": 8}},\n"
+        &env, NULL, " {\"family\": \"nsa_bwd_dq\", \"shape\": {\"dk\": 16}, \"params\": {\"WG\": 16, \"GT\": 16, \"TK\": 8}},\n"
               " {\"family\": \"nsa_bwd_dq\", \"shape\": {\"dk\": 8}, \"params\": {\"WG\": 8, \"GT\": 16, \"TK\": 8}},\n"
               " {\"family\": \"nsa_bwd_dkdv\", \"shape\": {\"dk\": 16, \"dv\": 16}, \"params\": {\"WG\": 16, \"TKK\": 16, \"RQ\": 8}},\n"
               " {\"family\": \"nsa_bwd_dkdv\", \"shape\": {\"dk\": 8, \"dv\": 8}, \"params\": {\"WG\": 8, \"TKK\": 16, \"RQ\": 8}}");
@@ -142,7 +142,7 @@ static void test_blocks(void **state)
     /* the entries apply unless the environment overrides them; Mesa's
      * llvmpipe takes no dk/dv tile of more than 2 outputs a work-item (the
      * tuning's workaround, mesa_dkdv_ok) */
-    const bool mesa = clnsa_context_device_info(env.ctx)->vendor == CLNSA_VENDOR_MESA, used = !test_tuning_env_overrides();
+    const bool mesa = clnsa_context_device_info(env.ctx)->vendor == CLNSA_VENDOR_MESA, used = !tune_env_overrides();
     if (dq_block && used) assert_true(program_built_with(te.ctx, "nsa_bwd_dq.cl", "#define GT 16\n", NULL));
     if (dkdv_block && !mesa && used)
         assert_true(program_built_with(te.ctx, "nsa_bwd_dkdv.cl", "#define TKK 16\n#define RQ 8\n", NULL));

@@ -44,7 +44,7 @@ static void test_pv_blocks(void **state)
     (void)state;
     test_env te = env;
     te.ctx = test_context_with_tuning(
-        &env, " {\"family\": \"nsa_fwd\", \"shape\": {\"dv\": 24}, \"params\": {\"WG\": 24, \"GT\": 16, \"TK\": 8}},\n"
+        &env, NULL, " {\"family\": \"nsa_fwd\", \"shape\": {\"dv\": 24}, \"params\": {\"WG\": 24, \"GT\": 16, \"TK\": 8}},\n"
               " {\"family\": \"nsa_fwd\", \"shape\": {\"dv\": 8}, \"params\": {\"WG\": 8, \"GT\": 16, \"TK\": 4}}");
     const char *built[2] = {"#define WG 24\n#define GT 16\n", "#define WG 8\n#define GT 16\n"};
     for (size_t i = 0; i < nsa_case_count; ++i) {
@@ -52,7 +52,7 @@ static void test_pv_blocks(void **state)
         if (c->HQ / c->H < 16 || c->dt != CLNSA_DTYPE_F32 || !nsa_case_selected(c->name)) continue;
         assert_true(c->DV == 24 || c->DV == 8);
         run_case(&te, c, 5678 + i);
-        if (!test_tuning_env_overrides()) assert_true(program_built_with(te.ctx, "nsa_fwd.cl", built[c->DV == 8], NULL));
+        if (!tune_env_overrides()) assert_true(program_built_with(te.ctx, "nsa_fwd.cl", built[c->DV == 8], NULL));
     }
     clnsa_context_destroy(te.ctx);
 }

@@ -264,23 +264,13 @@ static void forward_checked(test_env *te, const char *name, uint64_t seed)
 static void test_forward_families(void **state)
 {
     (void)state;
-    char path[64];
-    snprintf(path, sizeof path, "/tmp/clnsa_families_%d.json", (int)getpid());
-    FILE *f = fopen(path, "w");
-    assert_non_null(f);
-    fputs("{\"clnsa_tuning\": 1, \"entries\": [\n"
-          " {\"family\": \"nsa_fwd_fused_warp\", \"params\": {\"WG\": 32, \"KC\": 16}},\n"
-          " {\"family\": \"nsa_fwd_cmp_warp\", \"params\": {\"WG\": 32, \"KC\": 32}},\n"
-          " {\"family\": \"nsa_fwd_warp\", \"params\": {\"WG\": 32, \"KC\": 64}},\n"
-          " {\"family\": \"nsa_bwd_pre_warp\", \"params\": {\"WG\": 32, \"KC\": 16}}\n]}\n",
-          f);
-    fclose(f);
-    clnsa_context_options o = test_warp_options(clnsa_context_device_info(env.ctx));
-    o.tuning_file = path;
+    const clnsa_context_options o = test_warp_options(clnsa_context_device_info(env.ctx));
     test_env te = env;
-    char msg[256];
-    assert_int_equal(clnsa_context_create(env.cl, env.device, &o, &te.ctx, msg, sizeof msg), CLNSA_SUCCESS);
-    remove(path);
+    te.ctx = test_context_with_tuning(&env, &o,
+                                      " {\"family\": \"nsa_fwd_fused_warp\", \"params\": {\"WG\": 32, \"KC\": 16}},\n"
+                                      " {\"family\": \"nsa_fwd_cmp_warp\", \"params\": {\"WG\": 32, \"KC\": 32}},\n"
+                                      " {\"family\": \"nsa_fwd_warp\", \"params\": {\"WG\": 32, \"KC\": 64}},\n"
+                                      " {\"family\": \"nsa_bwd_pre_warp\", \"params\": {\"WG\": 32, \"KC\": 16}}");
 
     /* warp tiny: the top-k runs, fused unless CLNSA_FUSED_TOPK=0 says otherwise */
     forward_checked(&te, "warp tiny", 4300);

@@ -97,7 +97,7 @@ const char *test_env_use_warp_path(test_env *env)
     return nv ? "NVIDIA tensor cores" : "emulated";
 }
 
-clnsa_context *test_context_with_tuning(const test_env *env, const char *entries)
+clnsa_context *test_context_with_tuning(const test_env *env, const clnsa_context_options *base, const char *entries)
 {
     char path[64];
     snprintf(path, sizeof path, "/tmp/clnsa_test_tuning_%d.json", (int)getpid());
@@ -107,6 +107,7 @@ clnsa_context *test_context_with_tuning(const test_env *env, const char *entries
         exit(1);
     }
     clnsa_context_options o = {0};
+    if (base) o = *base;
     o.tuning_file = path;
     clnsa_context *ctx = NULL;
     char msg[512];
@@ -117,16 +118,6 @@ clnsa_context *test_context_with_tuning(const test_env *env, const char *entries
         exit(1);
     }
     return ctx;
-}
-
-bool test_tuning_env_overrides(void)
-{
-    static const char *const vars[] = {"CLNSA_TUNE_WG", "CLNSA_TUNE_TK", "CLNSA_TUNE_BS_FWD_BQ", "CLNSA_TUNE_BS_FWD_BK",
-                                       "CLNSA_TUNE_BS_BWD_BQ", "CLNSA_TUNE_BS_BWD_BK", "CLNSA_WG_MULTIPLE",
-                                       "CLNSA_MAX_WORK_GROUP", "CLNSA_MAX_LOCAL_MEM"};
-    for (size_t i = 0; i < sizeof vars / sizeof vars[0]; ++i)
-        if (getenv(vars[i])) return true;
-    return false;
 }
 
 void test_env_close(test_env *env)

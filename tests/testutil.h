@@ -31,16 +31,11 @@ clnsa_context_options test_warp_options(const clnsa_device_info *info);
  * path runs. */
 const char *test_env_use_warp_path(test_env *env);
 
-/* A second clnsa context on env's device whose tuning is a user file
- * (clnsa_context_options.tuning_file) holding `entries` (JSON objects,
- * comma-separated), for a test that needs kernel parameters no database
- * entry gives. Exits on failure. */
-clnsa_context *test_context_with_tuning(const test_env *env, const char *entries);
-/* Whether the environment may keep such a file's entries from being used:
- * the CLNSA_TUNE_* overrides win over any file, and the CLNSA_MAX_* and
- * CLNSA_WG_MULTIPLE limits (CI's "limits" stage) may refuse an entry. A
- * test then still checks the results, not which kernel was built. */
-bool test_tuning_env_overrides(void);
+/* A second clnsa context on env's device with the options `base` (NULL:
+ * the defaults) and a user tuning file (clnsa_context_options.tuning_file)
+ * holding `entries` (JSON objects, comma-separated), for a test that needs
+ * kernel parameters no database entry gives. Exits on failure. */
+clnsa_context *test_context_with_tuning(const test_env *env, const clnsa_context_options *base, const char *entries);
 
 /* A test executable whose tests share one device: defines `env` and the
  * CMocka group setup/teardown that open and close it (pass `setup` and

@@ -84,10 +84,22 @@ static size_t probe_wg_multiple(cl_device_id d)
     return mult ? mult : 1;
 }
 
+/* The variables that lower the probed limits, to simulate other vendors'
+ * devices on this one (.ci/matrix.sh's limits stage). */
+static const char *const limit_env[] = {"CLNSA_MAX_LOCAL_MEM", "CLNSA_MAX_WORK_GROUP", "CLNSA_WG_MULTIPLE",
+                                        "CLNSA_MAX_MEM_ALLOC"};
+
+bool device_limits_from_env(void)
+{
+    for (size_t i = 0; i < sizeof limit_env / sizeof limit_env[0]; ++i)
+        if (getenv(limit_env[i])) return true;
+    return false;
+}
+
 static void apply_limits_from_env(clnsa_device_info *info)
 {
-    int lm = cx_env_int("CLNSA_MAX_LOCAL_MEM", 0), wg = cx_env_int("CLNSA_MAX_WORK_GROUP", 0);
-    int mult = cx_env_int("CLNSA_WG_MULTIPLE", 0), alloc = cx_env_int("CLNSA_MAX_MEM_ALLOC", 0);
+    int lm = cx_env_int(limit_env[0], 0), wg = cx_env_int(limit_env[1], 0);
+    int mult = cx_env_int(limit_env[2], 0), alloc = cx_env_int(limit_env[3], 0);
     if (lm > 0 && (cl_ulong)lm < info->local_mem_size) info->local_mem_size = (cl_ulong)lm;
     if (alloc > 0 && (cl_ulong)alloc < info->max_mem_alloc_size) info->max_mem_alloc_size = (cl_ulong)alloc;
     if (wg > 0 && (size_t)wg < info->max_work_group_size) info->max_work_group_size = (size_t)wg;

@@ -120,6 +120,15 @@ static clnsa_status env_work_group(const clnsa_context *ctx, int family, const t
     return tune_fits(&ctx->info, family, out->v, pb, false, NULL, 0) ? CLNSA_SUCCESS : CLNSA_ERROR_UNSUPPORTED_DEVICE;
 }
 
+bool tune_env_overrides(void)
+{
+    if (getenv("CLNSA_TUNE_WG") || getenv("CLNSA_TUNE_TK") || device_limits_from_env()) return true;
+    for (int i = 0; i < TF_COUNT; ++i)
+        for (int j = 0; j < 2; ++j)
+            if (tune_families[i].tile_env[j] && getenv(tune_families[i].tile_env[j])) return true;
+    return false;
+}
+
 clnsa_status tune_choose(clnsa_context *ctx, int family, const tune_problem *pb, tune_choice *out)
 {
     memset(out, 0, sizeof *out);

@@ -143,6 +143,10 @@ typedef struct {
 
 /* The parameters of `family` for this problem on ctx's device. */
 clnsa_status tune_choose(clnsa_context *ctx, int family, const tune_problem *pb, tune_choice *out);
+/* Does the environment change what tune_choose takes from a tuning file
+ * (CLNSA_TUNE_WG / CLNSA_TUNE_TK, a family's tile variables, or lowered
+ * device limits)? Tests that assert a file's kernels hold back then. */
+bool tune_env_overrides(void);
 
 /* ----------------------------------------------------- database entries */
 

@@ -28,6 +28,28 @@
 #define KV_BLOCK (DK == DV && BLOCK_OF(BK, DK, WG))
 #define Q_BLOCK BLOCK_OF(BQ, DK, WG)
 
+/* acc += P^T m over the tile's nq query rows (ps: BQ x BK; m: nq rows of
+ * dim), for dv (m = do) and dk (m = q): a key j's column d, each sum in row
+ * order. */
+inline void accumulate_keys(__local const float *ps, __local const float *m, int dim, float *acc, int n_acc, int nq,
+                            int lid)
+{
+#if KV_BLOCK
+    int j, d;
+    tile_elem(true, 0, lid, WG, BK, dim, &j, &d);
+    accumulate_block(ps, BK, j, false, m, dim, d, acc, nq);
+#else
+    for (int i = 0; i < n_acc; ++i) {
+        int j, d;
+        if (tile_elem(false, i, lid, WG, BK, dim, &j, &d)) {
+            float a = acc[i];
+            for (int r = 0; r < nq; ++r) a = fma(ps[r * BK + j], m[r * dim + d], a);
+            acc[i] = a;
+        }
+    }
+#endif
+}
+
 #if SOFTCAP
 #define CS_LEN (BQ * BK)
 #else
@@ -175,41 +197,11 @@ __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void bs_bwd_dkdv(
             tile_probs(qs, ks, ps, cs, lse_s, qpos, qseg, kpos, kseg, map, mbase, map_st, QB, KB, i0, j0, nq, nk, Tq,
                        t >= nfull, scale, softcap, wl, wr, has_seg, lid);
             barrier(CLK_LOCAL_MEM_FENCE);
-#if KV_BLOCK
-            {
-                int j, d;
-                tile_elem(true, 0, lid, WG, BK, DV, &j, &d);
-                accumulate_block(ps, BK, j, false, dos, DV, d, acc_v, nq);
-            }
-#else
-            for (int i = 0; i < NVD; ++i) {
-                int j, d;
-                if (tile_elem(false, i, lid, WG, BK, DV, &j, &d)) {
-                    float a = acc_v[i];
-                    for (int r = 0; r < nq; ++r) a = fma(ps[r * BK + j], dos[r * DV + d], a);
-                    acc_v[i] = a;
-                }
-            }
-#endif
+            accumulate_keys(ps, dos, DV, acc_v, NVD, nq, lid);
             barrier(CLK_LOCAL_MEM_FENCE);
             tile_dz(ps, cs, dos, vs, dl_s, lid);
             barrier(CLK_LOCAL_MEM_FENCE);
-#if KV_BLOCK
-            {
-                int j, d;
-                tile_elem(true, 0, lid, WG, BK, DK, &j, &d);
-                accumulate_block(ps, BK, j, false, qs, DK, d, acc_k, nq);
-            }
-#else
-            for (int i = 0; i < NKD; ++i) {
-                int j, d;
-                if (tile_elem(false, i, lid, WG, BK, DK, &j, &d)) {
-                    float a = acc_k[i];
-                    for (int r = 0; r < nq; ++r) a = fma(ps[r * BK + j], qs[r * DK + d], a);
-                    acc_k[i] = a;
-                }
-            }
-#endif
+            accumulate_keys(ps, qs, DK, acc_k, NKD, nq, lid);
         }
     }
     if (dk)

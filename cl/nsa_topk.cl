@@ -22,17 +22,22 @@ inline void load_queries(__local float *qs, __global const store_t *q, idx_t q_o
     }
 }
 
-/* ps[g][j] = scale * q_g . k_j for the tile in ks (-inf past nk or ng). */
+/* ps[g][j] = scale * q_g . k_j for the tile in ks (-inf past nk or ng), in
+ * common.h's score tiles (TILE_SR rows by TILE_SC keys a work-item, each
+ * element read feeding two products where one took two reads). */
 inline void tile_scores(__local const float *qs, __local const float *ks, __local float *ps,
                         int nk, int ng, float scale, int lid)
 {
-    for (int idx = lid; idx < GT * TK; idx += WG) {
-        int g = idx / TK, j = idx - g * TK;
-        float s = -INFINITY;
-        if (j < nk && g < ng) {
-            s = dot_rows(qs, DK, g, ks, KPAD(DK), j, DK) * scale;
-        }
-        ps[idx] = s;
+    for (int it = lid; it < GT / TILE_SR * TILE_COLS; it += WG) {
+        int jt, key[2];
+        float dot[2][2];
+        const int g0 = score_tile(it, TILE_COLS, TILE_SR, TILE_SC, nk, &jt, key);
+        dot_tile(qs, DK, g0, ks, KPAD(DK), key, DK, TILE_SR, TILE_SC, dot);
+        for (int r = 0; r < TILE_SR; ++r)
+            for (int c = 0; c < TILE_SC; ++c) {
+                const int g = g0 + r, j = jt + c * TILE_COLS;
+                ps[g * TK + j] = j < nk && g < ng ? dot[r][c] * scale : -INFINITY;
+            }
     }
 }
 

@@ -50,6 +50,14 @@ inline void accumulate_keys(__local const float *ps, __local const float *m, int
 #endif
 }
 
+/* The scores and dO.V of a tile pair in common.h's score tiles: SC_R rows
+ * by SC_C keys a work-item (keys SC_COLS apart), each element read feeding
+ * two products where the work-group has that many per work-item. */
+#define SC_R TILE_SR_OF(BQ, BK, WG)
+#define SC_C TILE_SC_OF(BQ, BK, WG)
+#define SC_COLS (BK / SC_C)
+#define SC_TILES (BQ / SC_R * SC_COLS)
+
 #if SOFTCAP
 #define CS_LEN (BQ * BK)
 #else
@@ -101,45 +109,60 @@ inline void tile_probs(__local const float *qs, __local const float *ks, __local
                        idx4_t map_st, int QB, int KB, int i0, int j0, int nq, int nk, int Tq, bool partial,
                        float scale, float softcap, int wl, int wr, int has_seg, int lid)
 {
-    for (int x0 = 0; x0 < BQ * BK; x0 += WG) {
-        const int x = x0 + lid;
-        if (x >= BQ * BK) break;
-        const int g = x / BK, j = x - g * BK;
-        const float l = lse_s[g];
-        float p = 0.0f, c = 0.0f;
-        if (g < nq && j < nk && l != -INFINITY &&
-            (!partial || bs_visible(qpos[g], qseg[g], kpos[j], kseg[j], wl, wr, has_seg,
-                                    bs_map_on(map, mbase, map_st.z, map_st.w, QB, KB, min(i0 + g, Tq - 1), j0 + j)))) {
-            p = exp(bs_score(dot_rows(qs, DK, g, ks, KPAD(DK), j, DK), scale, softcap, &c) - l);
-        }
-        ps[x] = p;
+    for (int x0 = 0; x0 < SC_TILES; x0 += WG) {
+        const int it = x0 + lid;
+        if (it >= SC_TILES) break;
+        int jt, key[2];
+        float dot[2][2];
+        const int g0 = score_tile(it, SC_COLS, SC_R, SC_C, nk, &jt, key);
+        dot_tile(qs, DK, g0, ks, KPAD(DK), key, DK, SC_R, SC_C, dot);
+        for (int r = 0; r < SC_R; ++r)
+            for (int cc = 0; cc < SC_C; ++cc) {
+                const int g = g0 + r, j = jt + cc * SC_COLS, x = g * BK + j;
+                const float l = lse_s[g];
+                float p = 0.0f, c = 0.0f;
+                if (g < nq && j < nk && l != -INFINITY &&
+                    (!partial || bs_visible(qpos[g], qseg[g], kpos[j], kseg[j], wl, wr, has_seg,
+                                            bs_map_on(map, mbase, map_st.z, map_st.w, QB, KB, min(i0 + g, Tq - 1), j0 + j)))) {
+                    p = exp(bs_score(dot[r][cc], scale, softcap, &c) - l);
+                }
+                ps[x] = p;
 #if SOFTCAP
-        cs[x] = c;
+                cs[x] = c;
 #else
-        (void)cs;
+                (void)cs;
+                (void)c;
 #endif
+            }
     }
 }
 
 /* ps = dZ = P (dO . V - delta) [* dz/du], in place. */
 inline void tile_dz(__local float *ps, __local const float *cs, __local const float *dos,
-                    __local const float *vs, __local const float *dl_s, int lid)
+                    __local const float *vs, __local const float *dl_s, int nk, int lid)
 {
-    for (int x0 = 0; x0 < BQ * BK; x0 += WG) {
-        const int x = x0 + lid;
-        if (x >= BQ * BK) break;
-        const int g = x / BK, j = x - g * BK;
-        const float p = ps[x];
-        float dz = 0.0f;
-        if (p != 0.0f) {
-            dz = p * (dot_rows(dos, DV, g, vs, KPAD(DV), j, DV) - dl_s[g]);
+    for (int x0 = 0; x0 < SC_TILES; x0 += WG) {
+        const int it = x0 + lid;
+        if (it >= SC_TILES) break;
+        int jt, key[2];
+        float dot[2][2];
+        const int g0 = score_tile(it, SC_COLS, SC_R, SC_C, nk, &jt, key);
+        dot_tile(dos, DV, g0, vs, KPAD(DV), key, DV, SC_R, SC_C, dot);
+        for (int r = 0; r < SC_R; ++r)
+            for (int c = 0; c < SC_C; ++c) {
+                const int g = g0 + r, x = g * BK + jt + c * SC_COLS;
+                const float p = ps[x];
+                float dz = 0.0f;
+                if (p != 0.0f) {
+                    dz = p * (dot[r][c] - dl_s[g]);
 #if SOFTCAP
-            dz *= cs[x];
+                    dz *= cs[x];
 #else
-            (void)cs;
+                    (void)cs;
 #endif
-        }
-        ps[x] = dz;
+                }
+                ps[x] = dz;
+            }
     }
 }
 
@@ -199,7 +222,7 @@ __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void bs_bwd_dkdv(
             barrier(CLK_LOCAL_MEM_FENCE);
             accumulate_keys(ps, dos, DV, acc_v, NVD, nq, lid);
             barrier(CLK_LOCAL_MEM_FENCE);
-            tile_dz(ps, cs, dos, vs, dl_s, lid);
+            tile_dz(ps, cs, dos, vs, dl_s, nk, lid);
             barrier(CLK_LOCAL_MEM_FENCE);
             accumulate_keys(ps, qs, DK, acc_k, NKD, nq, lid);
         }
@@ -252,7 +275,7 @@ __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void bs_bwd_dq(
         tile_probs(qs, ks, ps, cs, lse_s, qpos, qseg, kpos, kseg, map, mbase, map_st, QB, KB, i0, j0, nq, nk, Tq,
                    t >= nfull, scale, softcap, wl, wr, has_seg, lid);
         barrier(CLK_LOCAL_MEM_FENCE);
-        tile_dz(ps, cs, dos, vs, dl_s, lid);
+        tile_dz(ps, cs, dos, vs, dl_s, nk, lid);
         barrier(CLK_LOCAL_MEM_FENCE);
 #if Q_BLOCK
         {

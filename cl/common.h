@@ -252,17 +252,6 @@ inline void dot_tile(__local const float *a, int a_stride, int row0, __local con
     }
 }
 
-/* Row ia of a . row ib of b over n elements (rows a_stride and b_stride
- * apart), in element order. */
-inline float dot_rows(__local const float *a, int a_stride, int ia, __local const float *b, int b_stride, int ib, int n)
-{
-    a += ia * a_stride;
-    b += ib * b_stride;
-    float dot = 0.0f;
-    for (int d = 0; d < n; ++d) dot = fma(a[d], b[d], dot);
-    return dot;
-}
-
 /* The 4 x 4 block of outputs a work-item owns where a tile's outputs are
  * exactly 16 a work-item (BLOCK_OF): with `cols`/4 blocks a block row,
  * block lid's output i is row 4 (lid / (cols/4)) + i / 4, column

@@ -203,9 +203,9 @@ inline void gather_rows(__local float *dst, int dst_stride, int nrows, int ncols
 }
 
 /* Products from local tiles, shared by the portable kernels (attention
- * forward, dq, dk/dv). Each sum runs in element order, as the reference's,
- * so the tiling changes no result bit; it only cuts local-memory reads per
- * product, which bound these loops. */
+ * forward, top-k, dq, dk/dv, the block-sparse backward). Each sum runs in
+ * element order, as the reference's, so the tiling changes no result bit;
+ * it only cuts local-memory reads per product, which bound these loops. */
 
 /* A work-item's tile of dot products: TILE_SR_OF rows by TILE_SC_OF keys
  * (at most 2x2) where the work-group has that many per work-item, so that
@@ -214,9 +214,9 @@ inline void gather_rows(__local float *dst, int dst_stride, int nrows, int ncols
 #define TILE_SR_OF(rows, keys, wg) (((rows) * (keys) >= 4 * (wg) && (rows) % 2 == 0 && (keys) % 2 == 0) ? 2 : 1)
 #define TILE_SC_OF(rows, keys, wg) (((rows) * (keys) >= 2 * (wg) && (keys) % 2 == 0) ? 2 : 1)
 /* The score tiles of a per-query kernel (GT rows by TK keys, WG work-items:
- * attn_tile.h, nsa_bwd_dq.cl): a work-item's TILE_SR rows by TILE_SC keys,
- * its keys TILE_COLS apart so that neighbouring work-items read
- * neighbouring (padded) key rows. */
+ * attn_tile.h, nsa_topk.cl, nsa_bwd_dq.cl): a work-item's TILE_SR rows by
+ * TILE_SC keys, its keys TILE_COLS apart so that neighbouring work-items
+ * read neighbouring (padded) key rows. */
 #define TILE_SR TILE_SR_OF(GT, TK, WG)
 #define TILE_SC TILE_SC_OF(GT, TK, WG)
 #define TILE_COLS (TK / TILE_SC)

@@ -216,11 +216,12 @@ typedef struct {
     int s, c0, key0, n; /* slot s (nslots: done), its chunk from key c0 */
 } slc_chunk;
 
-inline slc_chunk slc_next(slc_chunk c, __global const int *bidx, idx_t row, idx_t slot_stride, int nslots, int tl)
+inline slc_chunk slc_next(slc_chunk c, int jl, __global const int *bidx, idx_t row, idx_t slot_stride, int nslots,
+                          int tl, __local uint *ws)
 {
     c.c0 += KC;
     while (c.c0 >= c.n && ++c.s < nslots) {
-        const int2 r = slc_slot(bidx, row, slot_stride, c.s, tl);
+        const int2 r = slc_slot_warp(jl, bidx, row, slot_stride, c.s, tl, ws);
         c.key0 = r.x;
         c.n = r.y;
         c.c0 = 0;
@@ -241,13 +242,14 @@ inline void dq_selected_kept(float *dq, __global const store_t *ds, int ng, __gl
                              idx_t slot_stride, int nslots, int tl, __global const store_t *k, idx_t k_rs,
                              __local store_t *kt, __local uint *ws)
 {
+    const int jl = slc_lane_block(bidx, row, slot_stride, nslots, tl, ws);
     slc_chunk c = {-1, 0, 0, 0};
-    c = slc_next(c, bidx, row, slot_stride, nslots, tl);
+    c = slc_next(c, jl, bidx, row, slot_stride, nslots, tl, ws);
     word2_t a[KC / 16][2], an[KC / 16][2];
     kept_load(a, slot_region(ds, c), KSP, c.c0, slc_chunk_keys(c, nslots), ng);
     if (c.s < nslots) stage_k(kt, k + (idx_t)(c.key0 + c.c0) * k_rs, k_rs, slc_chunk_keys(c, nslots));
     for (int i = 0; c.s < nslots; i ^= 1) {
-        const slc_chunk nx = slc_next(c, bidx, row, slot_stride, nslots, tl);
+        const slc_chunk nx = slc_next(c, jl, bidx, row, slot_stride, nslots, tl, ws);
         const int next = slc_chunk_keys(nx, nslots);
         kept_load(an, slot_region(ds, nx), KSP, nx.c0, next, ng);
         __local const store_t *cur = k_tile_ready(kt, i, k + (idx_t)(nx.key0 + nx.c0) * k_rs, k_rs, next, ws);
@@ -321,8 +323,10 @@ __kernel __attribute__((reqd_work_group_size(NW * WARP, 1, 1))) void nsa_bwd_dq(
         dq_selected_kept(dq, ds_t, ng, bidx, at4(bi_off, bi_st, b, t, h, 0), bi_st.w, nslots, tl, kb, k_st.y, kt, ws);
 #else
         __global const store_t *vb = v + at4(v_off, v_st, b, sq.start, h, 0);
+        const idx_t row = at4(bi_off, bi_st, b, t, h, 0);
+        const int jl = slc_lane_block(bidx, row, bi_st.w, nslots, tl, ws);
         for (int s = 0; s < nslots; ++s) {
-            const int2 r = slc_slot(bidx, at4(bi_off, bi_st, b, t, h, 0), bi_st.w, s, tl);
+            const int2 r = slc_slot_warp(jl, bidx, row, bi_st.w, s, tl, ws);
             if (r.y == 0) continue; /* the same for the whole warp */
             dq_range(qa, doa, dq, lse2, dd, gg, kb + (idx_t)r.x * k_st.y, k_st.y, vb + (idx_t)r.x * v_st.y, v_st.y, r.y,
                      sl2, kt, ws);

@@ -420,6 +420,15 @@ inline void quad_transpose(word_t *x, __local uint *ws)
     }
 }
 
+/* Whether a lane below this one, of lanes 0 .. n-1 (n <= WARP), holds
+ * the same key: n shuffles. */
+inline bool lower_lane_holds(uint key, int n, __local uint *ws)
+{
+    bool held = false;
+    for (int u = 0; u < n; ++u) held |= as_uint(shfl_idx(as_float(key), u, ws)) == key && u < lane_id();
+    return held;
+}
+
 /* Sum over the 8 lanes of a fragment column (same t). */
 inline float column_sum(float x, __local uint *ws)
 {

@@ -17,7 +17,8 @@
  * NQD = ceil(BQ*DK/WG), NKD = ceil(BK*DK/WG), NVD = ceil(BK*DV/WG), CAUSAL,
  * WINDOW, SOFTCAP, SINKS.
  * Local memory (floats): qs[BQ*DK], dos[BQ*DV], ks[BK*KPAD(DK)],
- * vs[BK*KPAD(DV)], ps[BQ*BK], cs[BQ*BK] (SOFTCAP only), lse and delta [BQ].
+ * vs[BK*KPAD(DV)], ps[BQ*BK] (dk/dv: P; dq: dZ), dzs[BQ*BK] (dk/dv: dZ),
+ * lse and delta [BQ].
  */
 
 #define DSINK_LANES 64
@@ -58,12 +59,6 @@ inline void accumulate_keys(__local const float *ps, __local const float *m, int
 #define SC_COLS (BK / SC_C)
 #define SC_TILES (BQ / SC_R * SC_COLS)
 
-#if SOFTCAP
-#define CS_LEN (BQ * BK)
-#else
-#define CS_LEN 1
-#endif
-
 /* Loads query tile qt of head hq (rows past Tq are zero): q, do, lse, delta,
  * positions and segment ids. */
 inline void load_q_side(__local float *qs, __local float *dos, __local float *lse_s, __local float *dl_s,
@@ -102,66 +97,43 @@ inline void load_k_side(__local float *ks, __local float *vs, __local int *kpos,
     }
 }
 
-/* ps = P of the tile pair (0 where masked or out of range), cs = dz/du. */
-inline void tile_probs(__local const float *qs, __local const float *ks, __local float *ps, __local float *cs,
-                       __local const float *lse_s, __local const int *qpos, __local const int *qseg,
-                       __local const int *kpos, __local const int *kseg, __global const int *map, idx_t mbase,
-                       idx4_t map_st, int QB, int KB, int i0, int j0, int nq, int nk, int Tq, bool partial,
-                       float scale, float softcap, int wl, int wr, int has_seg, int lid)
+/* The tile pair's P (0 where masked or out of range) into ps where with_p
+ * (dk/dv's dV needs it; dq does not), and dZ = P (dO . V - delta) [* dz/du]
+ * into dzs: both products of a score tile in one walk, so that dz/du
+ * stays in a register. */
+inline void tile_grads(__local const float *qs, __local const float *ks, __local const float *dos,
+                       __local const float *vs, __local float *ps, __local float *dzs, bool with_p,
+                       __local const float *lse_s, __local const float *dl_s, __local const int *qpos,
+                       __local const int *qseg, __local const int *kpos, __local const int *kseg,
+                       __global const int *map, idx_t mbase, idx4_t map_st, int QB, int KB, int i0, int j0, int nq,
+                       int nk, int Tq, bool partial, float scale, float softcap, int wl, int wr, int has_seg, int lid)
 {
     for (int x0 = 0; x0 < SC_TILES; x0 += WG) {
         const int it = x0 + lid;
         if (it >= SC_TILES) break;
         int jt, key[2];
-        float dot[2][2];
+        float z[2][2], dp[2][2];
         const int g0 = score_tile(it, SC_COLS, SC_R, SC_C, nk, &jt, key);
-        dot_tile(qs, DK, g0, ks, KPAD(DK), key, DK, SC_R, SC_C, dot);
+        dot_tile(qs, DK, g0, ks, KPAD(DK), key, DK, SC_R, SC_C, z);
+        dot_tile(dos, DV, g0, vs, KPAD(DV), key, DV, SC_R, SC_C, dp);
         for (int r = 0; r < SC_R; ++r)
             for (int cc = 0; cc < SC_C; ++cc) {
                 const int g = g0 + r, j = jt + cc * SC_COLS, x = g * BK + j;
                 const float l = lse_s[g];
-                float p = 0.0f, c = 0.0f;
+                float p = 0.0f, c = 0.0f, dz = 0.0f;
                 if (g < nq && j < nk && l != -INFINITY &&
                     (!partial || bs_visible(qpos[g], qseg[g], kpos[j], kseg[j], wl, wr, has_seg,
                                             bs_map_on(map, mbase, map_st.z, map_st.w, QB, KB, min(i0 + g, Tq - 1), j0 + j)))) {
-                    p = exp(bs_score(dot[r][cc], scale, softcap, &c) - l);
+                    p = exp(bs_score(z[r][cc], scale, softcap, &c) - l);
                 }
-                ps[x] = p;
-#if SOFTCAP
-                cs[x] = c;
-#else
-                (void)cs;
-                (void)c;
-#endif
-            }
-    }
-}
-
-/* ps = dZ = P (dO . V - delta) [* dz/du], in place. */
-inline void tile_dz(__local float *ps, __local const float *cs, __local const float *dos,
-                    __local const float *vs, __local const float *dl_s, int nk, int lid)
-{
-    for (int x0 = 0; x0 < SC_TILES; x0 += WG) {
-        const int it = x0 + lid;
-        if (it >= SC_TILES) break;
-        int jt, key[2];
-        float dot[2][2];
-        const int g0 = score_tile(it, SC_COLS, SC_R, SC_C, nk, &jt, key);
-        dot_tile(dos, DV, g0, vs, KPAD(DV), key, DV, SC_R, SC_C, dot);
-        for (int r = 0; r < SC_R; ++r)
-            for (int c = 0; c < SC_C; ++c) {
-                const int g = g0 + r, x = g * BK + jt + c * SC_COLS;
-                const float p = ps[x];
-                float dz = 0.0f;
                 if (p != 0.0f) {
-                    dz = p * (dot[r][c] - dl_s[g]);
+                    dz = p * (dp[r][cc] - dl_s[g]);
 #if SOFTCAP
-                    dz *= cs[x];
-#else
-                    (void)cs;
+                    dz *= c;
 #endif
                 }
-                ps[x] = dz;
+                if (with_p) ps[x] = p;
+                dzs[x] = dz;
             }
     }
 }
@@ -187,7 +159,7 @@ __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void bs_bwd_dkdv(
     idx4_t dv_st)
 {
     __local float qs[BQ * DK] LOCAL_TILE, dos[BQ * DV] LOCAL_TILE, ks[BK * KPAD(DK)] LOCAL_TILE;
-    __local float vs[BK * KPAD(DV)] LOCAL_TILE, ps[BQ * BK] LOCAL_TILE, cs[CS_LEN];
+    __local float vs[BK * KPAD(DV)] LOCAL_TILE, ps[BQ * BK] LOCAL_TILE, dzs[BQ * BK] LOCAL_TILE;
     __local float lse_s[BQ], dl_s[BQ];
     __local int qpos[BQ], qseg[BQ], kpos[BK], kseg[BK];
     const int lid = get_local_id(0);
@@ -217,14 +189,11 @@ __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void bs_bwd_dkdv(
             load_q_side(qs, dos, lse_s, dl_s, qpos, qseg, q, q_off, q_st, dout, do_off, do_st, lse, lse_off, lse_st,
                         delta, pos_q, pq_off, pq_st, seg_q, sq_off, sq_st, b, hq, i0, nq, Tq, Tk, HQ, lid);
             barrier(CLK_LOCAL_MEM_FENCE);
-            tile_probs(qs, ks, ps, cs, lse_s, qpos, qseg, kpos, kseg, map, mbase, map_st, QB, KB, i0, j0, nq, nk, Tq,
-                       t >= nfull, scale, softcap, wl, wr, has_seg, lid);
+            tile_grads(qs, ks, dos, vs, ps, dzs, true, lse_s, dl_s, qpos, qseg, kpos, kseg, map, mbase, map_st, QB, KB,
+                       i0, j0, nq, nk, Tq, t >= nfull, scale, softcap, wl, wr, has_seg, lid);
             barrier(CLK_LOCAL_MEM_FENCE);
             accumulate_keys(ps, dos, DV, acc_v, NVD, nq, lid);
-            barrier(CLK_LOCAL_MEM_FENCE);
-            tile_dz(ps, cs, dos, vs, dl_s, nk, lid);
-            barrier(CLK_LOCAL_MEM_FENCE);
-            accumulate_keys(ps, qs, DK, acc_k, NKD, nq, lid);
+            accumulate_keys(dzs, qs, DK, acc_k, NKD, nq, lid);
         }
     }
     if (dk)
@@ -246,7 +215,7 @@ __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void bs_bwd_dq(
     BWD_IN_PARAMS, __global store_t *dq, idx_t dq_off, idx4_t dq_st)
 {
     __local float qs[BQ * DK] LOCAL_TILE, dos[BQ * DV] LOCAL_TILE, ks[BK * KPAD(DK)] LOCAL_TILE;
-    __local float vs[BK * KPAD(DV)] LOCAL_TILE, ps[BQ * BK] LOCAL_TILE, cs[CS_LEN];
+    __local float vs[BK * KPAD(DV)] LOCAL_TILE, ps[BQ * BK] LOCAL_TILE; /* dZ */
     __local float lse_s[BQ], dl_s[BQ];
     __local int qpos[BQ], qseg[BQ], kpos[BK], kseg[BK];
     const int lid = get_local_id(0);
@@ -272,10 +241,8 @@ __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void bs_bwd_dq(
         load_k_side(ks, vs, kpos, kseg, k, k_off, k_st, v, v_off, v_st, pos_k, pk_off, pk_st, seg_k, sk_off, sk_st,
                     b, h, j0, nk, Tk, lid);
         barrier(CLK_LOCAL_MEM_FENCE);
-        tile_probs(qs, ks, ps, cs, lse_s, qpos, qseg, kpos, kseg, map, mbase, map_st, QB, KB, i0, j0, nq, nk, Tq,
-                   t >= nfull, scale, softcap, wl, wr, has_seg, lid);
-        barrier(CLK_LOCAL_MEM_FENCE);
-        tile_dz(ps, cs, dos, vs, dl_s, nk, lid);
+        tile_grads(qs, ks, dos, vs, ps, ps, false, lse_s, dl_s, qpos, qseg, kpos, kseg, map, mbase, map_st, QB, KB,
+                   i0, j0, nq, nk, Tq, t >= nfull, scale, softcap, wl, wr, has_seg, lid);
         barrier(CLK_LOCAL_MEM_FENCE);
 #if Q_BLOCK
         {

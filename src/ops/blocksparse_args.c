@@ -237,7 +237,7 @@ size_t bs_warp_defines(const bs_problem *pb, warp_mode warp, size_t wg, int kc, 
 
 tune_problem bs_tune_problem(const bs_problem *pb)
 {
-    tune_problem t = {.dk = pb->D, .dv = pb->DV, .g = pb->G, .dtype = pb->dtype, .softcap = pb->cfg.softcap > 0.0f};
+    tune_problem t = {.dk = pb->D, .dv = pb->DV, .g = pb->G, .dtype = pb->dtype};
     return t;
 }
 

@@ -63,12 +63,13 @@ static size_t bs_fwd_bytes(const int *v, const tune_problem *pb)
     return sizeof(float) * (bq * d + bk * (kpad(d) + kpad(dv)) + bq * bk + 3u * bq) + sizeof(int) * 2u * (bq + bk);
 }
 
-/* Block-sparse backward: qs[BQ*D], dos[BQ*DV], ks[BK*KPAD(D)], vs[BK*KPAD(DV)],
- * ps[BQ*BK], cs[BQ*BK] (soft cap), lse and delta [BQ], and the ints. */
+/* Block-sparse backward (dk/dv, the larger): qs[BQ*D], dos[BQ*DV],
+ * ks[BK*KPAD(D)], vs[BK*KPAD(DV)], ps and dzs[BQ*BK], lse and delta [BQ],
+ * and the ints. */
 static size_t bs_bwd_bytes(const int *v, const tune_problem *pb)
 {
     const size_t bq = (size_t)v[1], bk = (size_t)v[2], d = (size_t)pb->dk, dv = (size_t)pb->dv;
-    return sizeof(float) * (bq * (d + dv) + bk * (kpad(d) + kpad(dv)) + bq * bk * (pb->softcap ? 2u : 1u) + 2u * bq + 1u) +
+    return sizeof(float) * (bq * (d + dv) + bk * (kpad(d) + kpad(dv)) + 2u * bq * bk + 2u * bq) +
            sizeof(int) * 2u * (bq + bk);
 }
 

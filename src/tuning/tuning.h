@@ -51,7 +51,6 @@ typedef struct {
     int dk, dv, g, block; /* block: the NSA selection block; 0 for block-sparse */
     clnsa_dtype dtype;
     int S, cmp_block, cmp_stride; /* top-k's PC_MAX */
-    bool softcap;                 /* block-sparse backward: the soft cap's extra tile */
     bool warp_emulated;           /* warp families: emulated matrix operations (one warp per group) */
     int fused_jb; /* nsa_fwd_fused_warp: the top-k's JB, whose PC_MAX scores a warp holds too (0: not known) */
 } tune_problem;
@@ -265,7 +264,7 @@ typedef struct {
 } bs_tile_params;
 
 /* family: TF_BS_FWD, TF_BS_BWD, TF_BS_FWD_WARP or TF_BS_BWD_WARP; pb: D, DV, G, dtype (block 0),
- * softcap, warp_emulated. */
+ * warp_emulated. */
 clnsa_status tune_blocksparse(clnsa_context *ctx, int family, const tune_problem *pb, bs_tile_params *p);
 /* The warp kernels (warp_attn.h): WG = 32 * warps per work-group, KC keys
  * per chunk, and for the top-k JB selection blocks per chunk and PC_MAX. */

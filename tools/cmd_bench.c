@@ -13,10 +13,11 @@
  * an SVG plot of time against T per method (--svg).
  *
  * Methods: cmp (compressed branch only), topk+slc (top-k and selection),
- * slc (selection with given distinct random causal indices), swa (sliding window
+ * slc (selection with given distinct random causal indices, in the order
+ * drawn or, --sorted-indices, ascending), swa (sliding window
  * only), nsa (the three branches with top-k; the window only when --window >
  * 0), dense (causal, every key), clblast (dense causal attention in f32 from
- * CLBlast's GEMMs, forward only, where its scores fit:
+ * CLBlast's GEMMs, forward and backward, where its scores fit:
  * bench_clblast.c). */
 #include "bench_clblast.h"
 #include "cli_common.h"
@@ -33,7 +34,7 @@ static const char *const method_names[M_COUNT] = {"cmp", "topk+slc", "slc", "swa
 
 typedef struct {
     int HQ, H, D, window, repeat, dtype, S, block, keep_ds;
-    bool no_bwd, no_dense, no_startup, profile, recompute;
+    bool no_bwd, no_dense, no_startup, profile, recompute, sorted_idx;
     const char *Ts, *json, *svg, *device, *methods;
 } bench_opts;
 
@@ -61,6 +62,14 @@ static void release(cl_mem *m, size_t n)
     memset(m, 0, n * sizeof *m);
 }
 
+/* Ascending block order, empty slots (-1) last: fla-org's NSA benchmark
+ * sorts its random indices so, with the sequence length as the empty mark. */
+static int block_ascending(const void *a, const void *b)
+{
+    const uint32_t x = (uint32_t)(*(const int32_t *)a), y = (uint32_t)(*(const int32_t *)b);
+    return (x > y) - (x < y);
+}
+
 static int make_inputs(const cli_env *env, const bench_opts *o, int T, clnsa_dtype dt, uint64_t seed, input_set *s)
 {
     memset(s, 0, sizeof *s);
@@ -79,6 +88,7 @@ static int make_inputs(const cli_env *env, const bench_opts *o, int T, clnsa_dty
             }
             row[j] = x;
         }
+        if (o->sorted_idx) qsort(row, (size_t)o->S, sizeof *row, block_ascending);
     }
     const bool ok = (s->q = cli_random(env, nq * o->D, -1, 1, dt, &seed)) && (s->k = cli_random(env, nk * o->D, -1, 1, dt, &seed)) &&
                     (s->v = cli_random(env, nk * o->D, -1, 1, dt, &seed)) && (s->g = cli_random(env, nq, 0, 1, dt, &seed)) &&
@@ -227,9 +237,9 @@ static void profile_once(const cli_env *env, method_call *c, int pass, cl_mem ws
         ms[k] += t1 > t0 ? (double)(t1 - t0) * 1e-6 : 0;
     }
     static const char *const pass_names[P_COUNT] = {"fwd", "training fwd", "bwd"};
-    printf("\n  profile %s %s T=%d (ms):", method, pass_names[pass], T);
+    printf("  profile %s %s T=%d (ms):", method, pass_names[pass], T);
     for (int k = 0; k < n; ++k) printf(" %s %.3f", names[k], ms[k]);
-    printf("\n        ");
+    printf("\n");
 }
 
 /* Median forward and backward ms of one method at one T; -1 where not asked
@@ -403,8 +413,9 @@ static void write_json(const char *path, const cli_env *env, const bench_opts *o
             wm == WARP_OFF ? "portable" : dt == CLNSA_DTYPE_F32 ? (wm == WARP_NV ? "tensor cores, TF32" : "emulated, TF32")
             : wm == WARP_NV ? "tensor cores" : "emulated");
     fprintf(f, "  \"config\": {\"dtype\": \"%s\", \"B\": 1, \"HQ\": %d, \"H\": %d, \"D\": %d, \"block\": %d, \"S\": %d, "
-               "\"window\": %d, \"repeat\": %d},\n",
-            clnsa_dtype_name(dt), o->HQ, o->H, o->D, o->block, o->S, o->window, o->repeat);
+               "\"window\": %d, \"repeat\": %d, \"slc_indices\": \"%s\"},\n",
+            clnsa_dtype_name(dt), o->HQ, o->H, o->D, o->block, o->S, o->window, o->repeat,
+            o->sorted_idx ? "ascending" : "drawn order");
     if (su) fprintf(f, "  \"startup_ms\": {\"off\": %.2f, \"cold\": %.2f, \"warm\": %.2f, \"programs\": %d},\n", su->off_ms,
                     su->cold_ms, su->warm_ms, su->programs);
     fprintf(f, "  \"results\": [");
@@ -477,7 +488,7 @@ static void write_svg(const char *path, const cli_env *env, const bench_row *row
 
 int cmd_bench(int argc, char **argv)
 {
-    bench_opts o = {64, 4, 128, 512, 5, 2, 16, 64, CLNSA_KEEP_DS_SELECTED | CLNSA_KEEP_DS_COMPRESSED, false, false, false, false, false, "4096,8192,16384,32768,65536", NULL, NULL, NULL, NULL};
+    bench_opts o = {64, 4, 128, 512, 5, 2, 16, 64, CLNSA_KEEP_DS_SELECTED | CLNSA_KEEP_DS_COMPRESSED, false, false, false, false, false, false, "4096,8192,16384,32768,65536", NULL, NULL, NULL, NULL};
     const cli_opt opts[] = {
         {"--T", OPT_STRING, &o.Ts, 0, 0, NULL, "LIST", "tokens, comma-separated (default 4096,8192,16384,32768,65536)"},
         {"--HQ", OPT_INT, &o.HQ, 1, 1024, NULL, "N", "query heads (default 64)"},
@@ -490,6 +501,8 @@ int cmd_bench(int argc, char **argv)
         {"--repeat", OPT_INT, &o.repeat, 1, 64, NULL, "N", "timed runs after a warm-up, median taken (default 5)"},
         {"--keep-ds", OPT_INT, &o.keep_ds, 0, 3, NULL, "0-3",
          "branches whose dS the NSA backward keeps for dq: 1 selected, 2 compressed, 3 both (config.keep_ds, default 3)"},
+        {"--sorted-indices", OPT_FLAG, &o.sorted_idx, 0, 0, NULL, NULL,
+         "the slc method's random blocks of each row in ascending order, as fla-org's NSA benchmark gives them (default: in the order drawn)"},
         {"--no-bwd", OPT_FLAG, &o.no_bwd, 0, 0, NULL, NULL, "forward only"},
         {"--recompute", OPT_FLAG, &o.recompute, 0, 0, NULL, NULL,
          "the NSA backward recomputes the branch outputs instead of reading the training forward's saved ones"},
@@ -541,7 +554,8 @@ int cmd_bench(int argc, char **argv)
                su.off_ms, su.cold_ms, su.programs, su.warm_ms);
     }
     printf("%8s", "T");
-    for (int m = 0; m < M_COUNT; ++m) printf(" %10s %10s", method_names[m], "+bwd");
+    for (int m = 0; m < M_COUNT; ++m)
+        if (run[m]) printf(" %10s %10s", method_names[m], "+bwd");
     printf("  (ms; +bwd = forward+backward)\n");
     bench_row rows[16];
     int failed = 0;
@@ -555,23 +569,28 @@ int cmd_bench(int argc, char **argv)
             cli_close(&env);
             return CLI_FAIL;
         }
-        printf("%8d", r->T);
-        for (int m = 0; m < M_COUNT; ++m) {
+        bool no_room[M_COUNT] = {false};
+        for (int m = 0; m < M_COUNT; ++m) { /* --profile prints its lines here, before the row */
             r->fwd[m] = r->bwd[m] = -1;
             if (!run[m]) continue;
-            if (m == M_CLBLAST && !clblast_dense_fits(&env, r->T)) { /* not counted as a failure */
-                printf(" %10s %10s", "no room", "-");
-                continue;
-            }
+            no_room[m] = m == M_CLBLAST && !clblast_dense_fits(&env, r->T); /* not counted as a failure */
+            if (no_room[m]) continue;
             if (m == M_CLBLAST)
                 clblast_dense_ms(&env, r->T, o.HQ, o.H, o.D, o.repeat, &r->fwd[m], o.no_bwd ? NULL : &r->bwd[m]);
             else
                 time_method(&env, &o, r->T, dt, m, sets, &os, &r->fwd[m], &r->bwd[m]);
             failed += r->fwd[m] < 0 || (m == M_CLBLAST && !o.no_bwd && r->bwd[m] < 0);
-            printf(" %10.3f %10.3f", r->fwd[m], r->bwd[m] >= 0 ? r->fwd[m] + r->bwd[m] : -1.0);
-            fflush(stdout);
+        }
+        printf("%8d", r->T);
+        for (int m = 0; m < M_COUNT; ++m) {
+            if (!run[m]) continue;
+            if (no_room[m]) printf(" %10s", "no room");
+            else printf(" %10.3f", r->fwd[m]);
+            if (r->bwd[m] >= 0) printf(" %10.3f", r->fwd[m] + r->bwd[m]);
+            else printf(" %10s", "-");
         }
         printf("\n");
+        fflush(stdout);
         for (int s = 0; s < 2; ++s) release(&sets[s].q, sizeof sets[s] / sizeof(cl_mem));
         release(&os.o, sizeof os / sizeof(cl_mem));
     }

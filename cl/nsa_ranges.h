@@ -75,11 +75,11 @@ inline int cmp_row0(__global const int *cmp_off, seq_info sq)
 #endif
 }
 
-/* Selection: slot s of the row at bidx[row], as keys (x) .. x + y - 1
- * (local positions). Unused (negative), future and repeated blocks give
- * y = 0, so a duplicate counts once and no index reads out of bounds.
- * (Returned by value: PoCL 3.1 mishandles private variables whose address
- * is taken in code that spans barriers.) */
+/* Selection: block j's keys seen by the query at local position tl, as
+ * keys (x) .. x + y - 1 (local positions). An unused (negative) or future
+ * block gives y = 0, so no index reads out of bounds. (Returned by value:
+ * PoCL 3.1 mishandles private variables whose address is taken in code
+ * that spans barriers.) */
 inline int2 slc_block_keys(int j, int tl)
 {
     const bool skip = j < 0 || j > tl / BS;
@@ -87,6 +87,9 @@ inline int2 slc_block_keys(int j, int tl)
     return (int2)(key0, skip ? 0 : min(BS, tl + 1 - key0));
 }
 
+/* Slot s of the row at bidx[row], as slc_block_keys gives its block; a
+ * repeat of an earlier slot's block gives y = 0, so a duplicate counts
+ * once. */
 inline int2 slc_slot(__global const int *bidx, idx_t row, idx_t slot_stride, int s, int tl)
 {
     const int j = bidx[row + (idx_t)s * slot_stride];

@@ -167,7 +167,7 @@ static clnsa_status gemm_scratch(clnsa_context *ctx, cl_command_queue queue, con
  * compute unit (nominal tiles of 64 keys), up to 64 splits. The groups'
  * rows differ (causal), so finer splits even them out: at 64k on the H200
  * (anchor configuration) dk/dv took 51.2 ms at 4 groups per unit, 45.9-46.2
- * at 8, 45.65-45.73 at 16 and 45.63 at 32 (bench/RESULTS.md), each split
+ * at 8, 45.65-45.73 at 16 and 45.63 at 32 (bench/RESULTS_ROUNDS_2026-11-26.md), each split
  * adding its slices of dk and dv to the workspace (4 MiB a split there). */
 static int cmp_splits(const clnsa_context *ctx, const nsa_problem *pb)
 {

@@ -123,24 +123,14 @@ inline void attend_scores(ATTN_SMEM_PARAMS, float acc[ACC_N], int nk, int lid)
     barrier(CLK_LOCAL_MEM_FENCE);
 }
 
-/* Score tile `it` of a key tile of nk keys (already in ks): its first row
- * (*g0), its first key (*jt; its keys are TILE_COLS apart) and its dot
- * products; the caller masks keys past nk (score_tile). */
-inline void score_tile_dots(ATTN_SMEM_PARAMS, int it, int nk, int *g0, int *jt, float dot[2][2])
-{
-    int key[2];
-    *g0 = score_tile(it, TILE_COLS, TILE_SR, TILE_SC, nk, jt, key);
-    dot_tile(qs, DK, *g0, ks, KPAD(DK), key, DK, TILE_SR, TILE_SC, dot);
-}
-
 /* One key tile of nk keys, already in ks / vs: the scores (keys past nk
  * masked), then attend_scores. Ends with a barrier. */
 inline void attend_tile(ATTN_SMEM_PARAMS, float acc[ACC_N], int nk, float scale, int lid)
 {
     for (int it = lid; it < GT / TILE_SR * TILE_COLS; it += WG) {
-        int g0, j0;
+        int j0, key[2];
         float dot[2][2];
-        score_tile_dots(ATTN_SMEM, it, nk, &g0, &j0, dot);
+        const int g0 = score_tile_qk(qs, ks, it, TILE_COLS, TILE_SR, TILE_SC, nk, &j0, key, dot);
         for (int r = 0; r < TILE_SR; ++r)
             for (int c = 0; c < TILE_SC; ++c) {
                 const int j = j0 + c * TILE_COLS;

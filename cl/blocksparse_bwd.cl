@@ -113,8 +113,7 @@ inline void tile_grads(__local const float *qs, __local const float *ks, __local
         if (it >= SC_TILES) break;
         int jt, key[2];
         float z[2][2], dp[2][2];
-        const int g0 = score_tile(it, SC_COLS, SC_R, SC_C, nk, &jt, key);
-        dot_tile(qs, DK, g0, ks, KPAD(DK), key, DK, SC_R, SC_C, z);
+        const int g0 = score_tile_qk(qs, ks, it, SC_COLS, SC_R, SC_C, nk, &jt, key, z);
         dot_tile(dos, DV, g0, vs, KPAD(DV), key, DV, SC_R, SC_C, dp);
         for (int r = 0; r < SC_R; ++r)
             for (int cc = 0; cc < SC_C; ++cc) {

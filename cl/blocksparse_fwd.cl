@@ -54,9 +54,9 @@ __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void bs_fwd(FWD_PARAMS)
         for (int x0 = 0; x0 < GT / TILE_SR * TILE_COLS; x0 += WG) {
             const int it = x0 + lid;
             if (it >= GT / TILE_SR * TILE_COLS) break;
-            int g0, jt;
+            int jt, key[2];
             float dot[2][2];
-            score_tile_dots(ATTN_SMEM, it, nk, &g0, &jt, dot);
+            const int g0 = score_tile_qk(qs, ks, it, TILE_COLS, TILE_SR, TILE_SC, nk, &jt, key, dot);
             for (int r = 0; r < TILE_SR; ++r)
                 for (int c = 0; c < TILE_SC; ++c) {
                     const int g = g0 + r, j = jt + c * TILE_COLS;

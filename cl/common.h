@@ -252,6 +252,21 @@ inline void dot_tile(__local const float *a, int a_stride, int row0, __local con
     }
 }
 
+/* score_tile's tile `it` and its scores' dot products: the tile's rows of
+ * qs (DK wide) with its keys' rows of ks (KPAD(DK) apart) into dot; returns
+ * the first row, and *jt, key[] as score_tile. Every portable score walk
+ * opens with it; the backward's go on to dO . V over the same keys.
+ * (Programs without attention, DK undefined, do not get it.) */
+#ifdef DK
+inline int score_tile_qk(__local const float *qs, __local const float *ks, int it, int cols, int sr, int sc, int nk,
+                         int *jt, int *key, float dot[2][2])
+{
+    const int g0 = score_tile(it, cols, sr, sc, nk, jt, key);
+    dot_tile(qs, DK, g0, ks, KPAD(DK), key, DK, sr, sc, dot);
+    return g0;
+}
+#endif
+
 /* The 4 x 4 block of outputs a work-item owns where a tile's outputs are
  * exactly 16 a work-item (BLOCK_OF): with `cols`/4 blocks a block row,
  * block lid's output i is row 4 (lid / (cols/4)) + i / 4, column

@@ -68,8 +68,7 @@ inline void dq_tile(DQ_SMEM_PARAMS, float dq[DQ_N], int nk, float scale, int lid
     for (int it = lid; it < GT / TILE_SR * TILE_COLS; it += WG) {
         int jt, key[2];
         float s[2][2], dp[2][2];
-        const int g0 = score_tile(it, TILE_COLS, TILE_SR, TILE_SC, nk, &jt, key);
-        dot_tile(qs, DK, g0, ks, KPAD(DK), key, DK, TILE_SR, TILE_SC, s);
+        const int g0 = score_tile_qk(qs, ks, it, TILE_COLS, TILE_SR, TILE_SC, nk, &jt, key, s);
         dot_tile(dos, DV, g0, vs, KPAD(DV), key, DV, TILE_SR, TILE_SC, dp);
         for (int r = 0; r < TILE_SR; ++r)
             for (int c = 0; c < TILE_SC; ++c) {

@@ -31,8 +31,7 @@ inline void tile_scores(__local const float *qs, __local const float *ks, __loca
     for (int it = lid; it < GT / TILE_SR * TILE_COLS; it += WG) {
         int jt, key[2];
         float dot[2][2];
-        const int g0 = score_tile(it, TILE_COLS, TILE_SR, TILE_SC, nk, &jt, key);
-        dot_tile(qs, DK, g0, ks, KPAD(DK), key, DK, TILE_SR, TILE_SC, dot);
+        const int g0 = score_tile_qk(qs, ks, it, TILE_COLS, TILE_SR, TILE_SC, nk, &jt, key, dot);
         for (int r = 0; r < TILE_SR; ++r)
             for (int c = 0; c < TILE_SC; ++c) {
                 const int g = g0 + r, j = jt + c * TILE_COLS;

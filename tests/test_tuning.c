@@ -199,6 +199,27 @@ static void test_database_entry_too_big(void **state)
     clnsa_context_destroy(small);
 }
 
+/* The warp forward's V tile (V_STAGE) is counted where the program has it:
+ * always in the forward that runs the top-k, never in the backward's
+ * prologue, in the forward given its selection only where no selected
+ * branch runs. Counted everywhere, it kept WG 128 out of the search on a
+ * 48 KB device (D 128: 49 KB counted, 33 used). */
+static void test_warp_v_tile_bytes(void **state)
+{
+    (void)state;
+    tune_problem pb = tiny;
+    int v[TUNE_MAX_PARAMS] = {128, 16};
+    const size_t tile = 4 * 16 * (32 + 8) * sizeof(float); /* four warps, KC rows padded to 16 bytes past 64 */
+    pb.slc = false;
+    const size_t staged = tune_families[TF_NSA_FWD_WARP].local_bytes(v, &pb);
+    assert_int_equal(tune_families[TF_NSA_FWD_CMP_WARP].local_bytes(v, &pb), staged);
+    assert_int_equal(tune_families[TF_NSA_FWD_FUSED_WARP].local_bytes(v, &pb), staged);
+    assert_int_equal(tune_families[TF_NSA_BWD_PRE_WARP].local_bytes(v, &pb), staged - tile);
+    pb.slc = true;
+    assert_int_equal(tune_families[TF_NSA_FWD_WARP].local_bytes(v, &pb), staged - tile);
+    assert_int_equal(tune_families[TF_NSA_FWD_FUSED_WARP].local_bytes(v, &pb), staged);
+}
+
 /* The forward that runs the top-k holds the top-k's scores (PC_MAX floats a
  * warp) beside its own tiles: its family counts them, so that a candidate
  * that fits only without them is dropped (the planner would otherwise fall
@@ -501,6 +522,7 @@ int main(void)
         cmocka_unit_test(test_lookup_order),
         cmocka_unit_test(test_database_entry_too_big),
         cmocka_unit_test(test_fused_counts_topk_scores),
+        cmocka_unit_test(test_warp_v_tile_bytes),
         cmocka_unit_test(test_reject_before_compiling),
         cmocka_unit_test(test_tune_run),
         cmocka_unit_test(test_blocksparse_families),

@@ -92,7 +92,7 @@ int cmd_devices(int argc, char **argv)
     if (rc) return rc;
     if (params) {
         const tune_problem pb = {.dk = D, .dv = DV ? DV : D, .g = G, .block = block, .dtype = cli_dtype_from_choice(dtype), .S = S,
-                                 .cmp_block = block, .cmp_stride = block};
+                                 .cmp_block = block, .cmp_stride = block, .slc = true};
         return tune_print_params(device, &pb) ? CLI_FAIL : CLI_OK;
     }
 

@@ -326,7 +326,7 @@ static int tune_family_in(const cli_env *env, const tune_opts *o, int family, do
      * family). Set before this family's build threads start. */
     setenv("CLNSA_FUSED_TOPK", family == TF_NSA_FWD_FUSED_WARP ? "1" : "0", 1);
     tune_problem pb = {.dk = o->D, .dv = o->DV, .g = o->G, .block = o->block, .dtype = cli_dtype_from_choice(o->dtype), .S = o->S,
-                       .cmp_block = o->block, .cmp_stride = o->block};
+                       .cmp_block = o->block, .cmp_stride = o->block, .slc = true}; /* its calls run the selected branch */
     if (warp) {
         const warp_mode wm = device_warp_mode(env->ctx, pb.dtype);
         if (wm == WARP_OFF) {
@@ -339,7 +339,10 @@ static int tune_family_in(const cli_env *env, const tune_opts *o, int family, do
         if (family == TF_NSA_FWD_FUSED_WARP && tune_nsa_warp(env->ctx, TF_NSA_TOPK_WARP, &pb, &topk) == CLNSA_SUCCESS)
             pb.fused_jb = topk.jb;
     }
-    if (bs) pb.block = pb.S = pb.cmp_block = pb.cmp_stride = 0; /* the class of the block-sparse kernels */
+    if (bs) { /* the class of the block-sparse kernels */
+        pb.block = pb.S = pb.cmp_block = pb.cmp_stride = 0;
+        pb.slc = false;
+    }
     fr->pb = pb;
     int safe[TUNE_MAX_PARAMS] = {0};
     if (!tune_safe_default(env->info, family, &pb, safe)) {

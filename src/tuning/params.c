@@ -85,24 +85,39 @@ static size_t warp_scratch_bytes(const tune_problem *pb)
     return sizeof(cl_uint) * (pb->warp_emulated ? (6u * warp_elem_bytes(pb) / 2u + 1u) * 32u : 1u);
 }
 
-static size_t fwd_warp_bytes(const int *v, const tune_problem *pb)
+/* The warp forward, per warp: the gated outputs' sum, and where the
+ * program stages V (V_STAGE: nsa_fwd.c's warp defines) its V tile of KC
+ * rows. */
+static size_t warp_fwd_bytes(const int *v, const tune_problem *pb, bool v_tile)
 {
-    /* per warp: the gated outputs' sum, and the V tile of V_STAGE (counted
-     * whether or not the program stages) */
     const size_t vrow = (size_t)pb->dv + (pb->dv % 64 ? 8u : 0u);
-    return (size_t)(v[0] / 32) *
-           (warp_scratch_bytes(pb) + sizeof(float) * 16u * (size_t)pb->dv + (size_t)v[1] * vrow * warp_elem_bytes(pb));
+    const size_t tile = v_tile ? (size_t)v[1] * vrow * warp_elem_bytes(pb) : 0u;
+    return (size_t)(v[0] / 32) * (warp_scratch_bytes(pb) + sizeof(float) * 16u * (size_t)pb->dv + tile);
 }
 
-/* The forward that runs the top-k holds the top-k's scores too (PC_MAX
- * floats a warp, from the top-k family's JB), so that a candidate is
- * counted whole: one that fits only without them would make the planner
- * fall back to the separate top-k (choose_fused_topk), and the tuner time
- * that instead. */
+/* The forward given its selection stages V only where no selected branch
+ * runs; counting the tile anyway kept WG 128 out of the search where it
+ * fits (H100, D 128: 33 KB, not 49). */
+static size_t fwd_warp_bytes(const int *v, const tune_problem *pb)
+{
+    return warp_fwd_bytes(v, pb, !pb->slc);
+}
+
+/* The backward's prologue never stages V. */
+static size_t pre_warp_bytes(const int *v, const tune_problem *pb)
+{
+    return warp_fwd_bytes(v, pb, false);
+}
+
+/* The forward that runs the top-k stages V, and holds the top-k's scores
+ * too (PC_MAX floats a warp, from the top-k family's JB), so that a
+ * candidate is counted whole: one that fits only without them would make
+ * the planner fall back to the separate top-k (choose_fused_topk), and the
+ * tuner time that instead. */
 static size_t fused_fwd_warp_bytes(const int *v, const tune_problem *pb)
 {
     const size_t pc = pb->fused_jb ? (size_t)topk_pc_max(pb->fused_jb, pb) : 0u;
-    return fwd_warp_bytes(v, pb) + (size_t)(v[0] / 32) * sizeof(float) * pc;
+    return warp_fwd_bytes(v, pb, true) + (size_t)(v[0] / 32) * sizeof(float) * pc;
 }
 
 /* The dq warp kernel: each warp's two tiles of KC K rows (padded as the
@@ -343,7 +358,7 @@ const tune_family tune_families[TF_COUNT] = {
      * forward did not save them) is the same kernel at other defines; with
      * the compressed branch it too prefers KC 32 (29.0 -> 27.4 ms, H200,
      * 64k), so it has a family of its own, timed in the backward. */
-    [TF_NSA_BWD_PRE_WARP] = WARP_KC_FAMILY("nsa_bwd_pre_warp", "nsa_fwd", fwd_warp_bytes, warp_start),
+    [TF_NSA_BWD_PRE_WARP] = WARP_KC_FAMILY("nsa_bwd_pre_warp", "nsa_fwd", pre_warp_bytes, warp_start),
     [TF_NSA_TOPK_WARP] = {"nsa_topk_warp", "nsa_topk", 3, {WARP_WG_PARAM, KC_PARAM, {"JB", {16, 32, 64, 128}, 4, false}},
                           0, {{0}}, 2, {{SHRINK_HALVE, 2, 0, 8}, {SHRINK_HALVE, 0, 0, 32}}, topk_warp_bytes, warp_start},
     [TF_NSA_DQ_WARP] = WARP_KC_FAMILY("nsa_bwd_dq_warp", "nsa_bwd_dq", dq_warp_bytes, dq_warp_start),

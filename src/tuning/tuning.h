@@ -53,6 +53,7 @@ typedef struct {
     int S, cmp_block, cmp_stride; /* top-k's PC_MAX */
     bool warp_emulated;           /* warp families: emulated matrix operations (one warp per group) */
     int fused_jb; /* nsa_fwd_fused_warp: the top-k's JB, whose PC_MAX scores a warp holds too (0: not known) */
+    bool slc;     /* NSA: the selected branch runs (the forward then reads V without a local tile) */
 } tune_problem;
 
 typedef struct {

@@ -170,13 +170,15 @@ __kernel __attribute__((reqd_work_group_size(NW * WARP, 1, 1))) void nsa_fwd(
     {
         const int nslots = slc_slots(bcnt, at4(bc_off, bc_st, b, t, h, 0), live);
         __global const store_t *kb = k + at4(k_off, k_st, b, sq.start, h, 0), *vb = v + at4(v_off, v_st, b, sq.start, h, 0);
-#if !FUSED_TOPK
+#if FUSED_TOPK
+        const int jl = list_ascending(&list, nslots, ws); /* lane s: slot s's block */
+#else
         const idx_t row = at4(bi_off, bi_st, b, t, h, 0);
         const int jl = slc_lane_block(bidx, row, bi_st.w, nslots, tl, ws);
 #endif
         for (int s = 0; s < nslots; ++s) {
 #if FUSED_TOPK
-            const int2 r = slc_block_keys(list_block(&list, s, ws), tl); /* distinct blocks */
+            const int2 r = slc_block_keys(as_int(shfl_idx(as_float(jl), s, ws)), tl); /* distinct blocks */
 #else
             const int2 r = slc_slot_warp(jl, bidx, row, bi_st.w, s, tl, ws);
 #endif

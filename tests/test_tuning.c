@@ -209,7 +209,7 @@ static void test_warp_v_tile_bytes(void **state)
     (void)state;
     tune_problem pb = tiny;
     int v[TUNE_MAX_PARAMS] = {128, 16};
-    const size_t tile = 4 * 16 * (32 + 8) * sizeof(float); /* four warps, KC rows padded to 16 bytes past 64 */
+    const size_t tile = 4 * 16 * (32 + 8) * sizeof(float); /* four warps, KC = 16 rows of DV + 8 floats (DV 32 is padded) */
     pb.slc = false;
     const size_t staged = tune_families[TF_NSA_FWD_WARP].local_bytes(v, &pb);
     assert_int_equal(tune_families[TF_NSA_FWD_CMP_WARP].local_bytes(v, &pb), staged);

@@ -218,6 +218,19 @@ static void test_warp_v_tile_bytes(void **state)
     pb.slc = true;
     assert_int_equal(tune_families[TF_NSA_FWD_WARP].local_bytes(v, &pb), staged - tile);
     assert_int_equal(tune_families[TF_NSA_FWD_FUSED_WARP].local_bytes(v, &pb), staged);
+
+    /* the safe defaults on a 48 KB GPU at D 128 are those the count gave before: one warp,
+     * KC 64 (the fused forward's shrinks to it) */
+    const clnsa_device_info gpu = {.local_mem_size = 49152, .max_work_group_size = 1024, .preferred_wg_multiple = 32};
+    const tune_problem big = {.dk = 128, .dv = 128, .g = 16, .block = 64, .dtype = CLNSA_DTYPE_BF16, .S = 16,
+                              .cmp_block = 64, .cmp_stride = 64, .slc = true};
+    const int families[] = {TF_NSA_FWD_WARP, TF_NSA_FWD_CMP_WARP, TF_NSA_BWD_PRE_WARP, TF_NSA_FWD_FUSED_WARP};
+    for (size_t i = 0; i < sizeof families / sizeof families[0]; ++i) {
+        int safe[TUNE_MAX_PARAMS] = {0};
+        assert_true(tune_safe_default(&gpu, families[i], &big, safe));
+        assert_int_equal(safe[0], 32);
+        assert_int_equal(safe[1], 64);
+    }
 }
 
 /* The forward that runs the top-k holds the top-k's scores (PC_MAX floats a

@@ -291,6 +291,16 @@ static void dkdv_warp_start(int *v, const tune_problem *pb, const clnsa_device_i
     v[1] = 16;
 }
 
+/* The forward given its selection and the backward's prologue: one warp.
+ * Their safe default was WG 32 KC 64 while their V tile was counted
+ * everywhere (fwd_warp_bytes), and it stays so: on the H100 at 64k that ran
+ * 21.1 ms (2026-11-26), WG 128 KC 64 22.1 (2026-11-27). */
+static void fwd_warp_start(int *v, const tune_problem *pb, const clnsa_device_info *info)
+{
+    warp_start(v, pb, info);
+    v[0] = 32;
+}
+
 /* dq keeps two score-sized tiles (P and dP) besides its accumulator: chunks
  * of 32 keys. */
 static void dq_warp_start(int *v, const tune_problem *pb, const clnsa_device_info *info)
@@ -351,14 +361,14 @@ const tune_family tune_families[TF_COUNT] = {
      * that runs the top-k, which holds the top-k's state beside its own,
      * KC 16 again (24.9; KC 32: 26.3). The fused one counts the top-k's
      * scores too (fused_fwd_warp_bytes). */
-    [TF_NSA_FWD_WARP] = WARP_KC_FAMILY("nsa_fwd_warp", "nsa_fwd", fwd_warp_bytes, warp_start),
-    [TF_NSA_FWD_CMP_WARP] = WARP_KC_FAMILY("nsa_fwd_cmp_warp", "nsa_fwd", fwd_warp_bytes, warp_start),
+    [TF_NSA_FWD_WARP] = WARP_KC_FAMILY("nsa_fwd_warp", "nsa_fwd", fwd_warp_bytes, fwd_warp_start),
+    [TF_NSA_FWD_CMP_WARP] = WARP_KC_FAMILY("nsa_fwd_cmp_warp", "nsa_fwd", fwd_warp_bytes, fwd_warp_start),
     [TF_NSA_FWD_FUSED_WARP] = WARP_KC_FAMILY("nsa_fwd_fused_warp", "nsa_fwd", fused_fwd_warp_bytes, warp_start),
     /* The backward's prologue (BWD_PRE: the branch outputs rebuilt where the
      * forward did not save them) is the same kernel at other defines; with
      * the compressed branch it too prefers KC 32 (29.0 -> 27.4 ms, H200,
      * 64k), so it has a family of its own, timed in the backward. */
-    [TF_NSA_BWD_PRE_WARP] = WARP_KC_FAMILY("nsa_bwd_pre_warp", "nsa_fwd", pre_warp_bytes, warp_start),
+    [TF_NSA_BWD_PRE_WARP] = WARP_KC_FAMILY("nsa_bwd_pre_warp", "nsa_fwd", pre_warp_bytes, fwd_warp_start),
     [TF_NSA_TOPK_WARP] = {"nsa_topk_warp", "nsa_topk", 3, {WARP_WG_PARAM, KC_PARAM, {"JB", {16, 32, 64, 128}, 4, false}},
                           0, {{0}}, 2, {{SHRINK_HALVE, 2, 0, 8}, {SHRINK_HALVE, 0, 0, 32}}, topk_warp_bytes, warp_start},
     [TF_NSA_DQ_WARP] = WARP_KC_FAMILY("nsa_bwd_dq_warp", "nsa_bwd_dq", dq_warp_bytes, dq_warp_start),

@@ -106,7 +106,8 @@ inline int list_block(const topk_list *L, int s, __local uint *ws)
 }
 
 /* The first n entries' blocks in ascending order, lane s holding slot s's
- * (-1 past the filled ones; a list in local memory keeps its score order),
+ * (-1 past the filled ones; with SLC_ASCENDING 0, in the list's score
+ * order; a list in local memory, S > 32, never runs in the fused forward),
  * for the selected branch to walk: neighbouring tokens, on neighbouring
  * warps, then meet the blocks they share at about the same time and read
  * them from L1 (host-sorted given indices ran 1-3.5% faster than in the

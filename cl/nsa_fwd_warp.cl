@@ -178,7 +178,7 @@ __kernel __attribute__((reqd_work_group_size(NW * WARP, 1, 1))) void nsa_fwd(
 #endif
         for (int s = 0; s < nslots; ++s) {
 #if FUSED_TOPK
-            const int2 r = slc_block_keys(as_int(shfl_idx(as_float(jl), s, ws)), tl); /* distinct blocks */
+            const int2 r = slc_lane_keys(jl, s, tl, ws); /* distinct blocks */
 #else
             const int2 r = slc_slot_warp(jl, bidx, row, bi_st.w, s, tl, ws);
 #endif

@@ -123,12 +123,19 @@ inline int slc_lane_block(__global const int *bidx, idx_t row, idx_t slot_stride
 #endif
 }
 
+/* Slot s's keys from the lanes' blocks jl (lane s: slot s's), on every
+ * lane. */
+inline int2 slc_lane_keys(int jl, int s, int tl, __local uint *ws)
+{
+    return slc_block_keys(as_int(shfl_idx(as_float(jl), s, ws)), tl);
+}
+
 inline int2 slc_slot_warp(int jl, __global const int *bidx, idx_t row, idx_t slot_stride, int s, int tl,
                           __local uint *ws)
 {
 #if SLC_LANES
     (void)bidx; (void)row; (void)slot_stride;
-    return slc_block_keys(as_int(shfl_idx(as_float(jl), s, ws)), tl);
+    return slc_lane_keys(jl, s, tl, ws);
 #else
     (void)jl; (void)ws;
     return slc_slot(bidx, row, slot_stride, s, tl);

@@ -115,12 +115,10 @@ static clnsa_status plan_topk(clnsa_context *ctx, op_plan *p, const nsa_problem 
 /* Whether the forward that runs the top-k keeps its selected V rows in L1
  * (nsa_fwd_warp.cl's SLC_V_L1): not where a token's S blocks are at most
  * 1/64 of those a sequence of T tokens holds, which neighbouring tokens
- * then seldom share (measured on the H100 from 8k to 64k tokens). A varlen
- * batch keeps them: its sequences may be short, and the host does not
- * read their lengths. */
+ * then seldom share (measured on the H100 from 8k to 64k tokens). */
 static int slc_v_in_l1(const nsa_problem *pb)
 {
-    return pb->varlen || (int64_t)pb->T < 64 * (int64_t)pb->S * pb->cfg.block_size;
+    return (int64_t)pb->T < 64 * (int64_t)pb->S * pb->cfg.block_size;
 }
 
 /* The tuning family of a per-query warp kernel, tuned apart by use: the

@@ -22,22 +22,10 @@
  * INIT_BLOCKS, LOCAL_BLOCKS), V_EARLY or V_STAGE (how V is read, with
  * ACC_TRANS for V_STAGE: warp_attn.h), WHOLE_SLC and WHOLE_CMP_SWA (the
  * branches whose whole chunks run unguarded: warp_attn.h's
- * warp_attend_range), SLC_V_L1 (below).
+ * warp_attend_range).
  * NDRange: (32 * NW * ceil(T*NGT / NW), H, B); warp w of group x owns token
  * (x*NW + w) / NGT and head tile (x*NW + w) % NGT.
  */
-
-/* SLC_V_L1 (set by the host): the selected branch's staged V rows stay in
- * L1 too, as the compressed and window rows do. Neighbouring tokens, on
- * the compute unit's other warps, share many selected blocks where a token
- * chooses among few, and few where it chooses among many: on the H100
- * (2026-11-27, the forward that runs the top-k, anchor configuration),
- * copies through L2 only took 1.92 ms at 8k against 1.89, 4.28 at 16k
- * against 4.18, the same at 32k, and 24.54-24.58 at 64k against
- * 24.85-25.04. (K rows read through L2 only lost at every length.) */
-#ifndef SLC_V_L1
-#define SLC_V_L1 1
-#endif
 
 /* Reads the lane's DV/4 values of row `row` (dims from 2t*DV/8). */
 inline void load_row_part(__global const store_t *p, idx_t row, idx_t ds, bool valid, float *x)
@@ -158,7 +146,7 @@ __kernel __attribute__((reqd_work_group_size(NW * WARP, 1, 1))) void nsa_fwd(
 #if HAS_CMP
     warp_reset(m, l, acc);
     warp_attend_range(qa, m, l, acc, kc + at4(kc_off, kc_st, b, row0, h, 0), kc_st.y,
-                      vc + at4(vc_off, vc_st, b, row0, h, 0), vc_st.y, nvis, sl2, WHOLE_CMP_SWA, true, vt, ws);
+                      vc + at4(vc_off, vc_st, b, row0, h, 0), vc_st.y, nvis, sl2, WHOLE_CMP_SWA, vt, ws);
     DONE(cmp, c);
 #endif
 
@@ -196,7 +184,7 @@ __kernel __attribute__((reqd_work_group_size(NW * WARP, 1, 1))) void nsa_fwd(
 #endif
             if (r.y == 0) continue; /* the same for the whole warp */
             warp_attend_range(qa, m, l, acc, kb + (idx_t)r.x * k_st.y, k_st.y, vb + (idx_t)r.x * v_st.y, v_st.y, r.y,
-                              sl2, WHOLE_SLC, SLC_V_L1, vt, ws);
+                              sl2, WHOLE_SLC, vt, ws);
         }
     }
     DONE(slc, s);
@@ -208,7 +196,7 @@ __kernel __attribute__((reqd_work_group_size(NW * WARP, 1, 1))) void nsa_fwd(
         const int key0 = swa_key0(tl);
         __global const store_t *kb = k + at4(k_off, k_st, b, sq.start + key0, h, 0);
         __global const store_t *vb = v + at4(v_off, v_st, b, sq.start + key0, h, 0);
-        warp_attend_range(qa, m, l, acc, kb, k_st.y, vb, v_st.y, live ? tl + 1 - key0 : 0, sl2, WHOLE_CMP_SWA, true, vt, ws);
+        warp_attend_range(qa, m, l, acc, kb, k_st.y, vb, v_st.y, live ? tl + 1 - key0 : 0, sl2, WHOLE_CMP_SWA, vt, ws);
     }
     DONE(swa, w);
 #endif

@@ -528,9 +528,7 @@ inline bool warp_softmax(float *s, const float *mx, float *m, float *l, float *a
 #define VT_RS (DV % 64 == 0 ? DV : DV + 8)
 
 /* One chunk of the online softmax: keys k, v (row strides k_rs, v_rs) at
- * chunk positions 0 .. n-1 (n <= KC), seen by every row. v_l1: V_STAGE's
- * copies stay in L1 too (copy16_async's `cached`), for rows that other
- * warps on the compute unit read as well.
+ * chunk positions 0 .. n-1 (n <= KC), seen by every row.
  * With V_EARLY (set by the host) the chunk's V rows are loaded with its K
  * rows, before Q K^T, so that their latency passes under the products and
  * the softmax: KC/4 * DV/16 more words a lane (32 at KC = 16). The forward
@@ -538,15 +536,15 @@ inline bool warp_softmax(float *s, const float *mx, float *m, float *l, float *a
  * the H200: 16.6 -> 16.2 ms); the one with it, which keeps the top-k's
  * state live too, did not (26.7 -> 27.0 ms). */
 inline void warp_attend_chunk(const word_t *qa, float *m, float *l, float *acc, __global const store_t *k, idx_t k_rs,
-                              __global const store_t *v, idx_t v_rs, int n, float scale_log2, bool v_l1,
-                              __local store_t *vt, __local uint *ws)
+                              __global const store_t *v, idx_t v_rs, int n, float scale_log2, __local store_t *vt,
+                              __local uint *ws)
 {
     float s[KC / 2], mx[2], alpha[2];
 #if V_STAGE
     warp_sync(ws); /* every lane is done reading the last chunk's tile */
-    stage_rows_by(vt, VT_RS, KC, DV, v, v_rs, n, lane_id(), WARP, v_l1);
+    stage_rows_by(vt, VT_RS, KC, DV, v, v_rs, n, lane_id(), WARP, true);
 #else
-    (void)vt; (void)v_l1;
+    (void)vt;
 #endif
 #if V_EARLY
     word_t xs[KC / 16][4][COL_WORDS];
@@ -584,14 +582,14 @@ inline void warp_attend_chunk(const word_t *qa, float *m, float *l, float *acc, 
  * selected branch split, but 194 registers and 31.1 ms with every branch
  * split. dq's loop, split the same way, went 30.4 -> 31.7 ms. */
 inline void warp_attend_range(const word_t *qa, float *m, float *l, float *acc, __global const store_t *k, idx_t k_rs,
-                              __global const store_t *v, idx_t v_rs, int n, float scale_log2, int whole, bool v_l1,
+                              __global const store_t *v, idx_t v_rs, int n, float scale_log2, int whole,
                               __local store_t *vt, __local uint *ws)
 {
     for (int c0 = 0; c0 < n; c0 += KC) {
         const int hi = min(KC, n - c0);
         __global const store_t *kc0 = k + (idx_t)c0 * k_rs, *vc0 = v + (idx_t)c0 * v_rs;
-        if (whole && hi == KC) warp_attend_chunk(qa, m, l, acc, kc0, k_rs, vc0, v_rs, KC, scale_log2, v_l1, vt, ws);
-        else warp_attend_chunk(qa, m, l, acc, kc0, k_rs, vc0, v_rs, hi, scale_log2, v_l1, vt, ws);
+        if (whole && hi == KC) warp_attend_chunk(qa, m, l, acc, kc0, k_rs, vc0, v_rs, KC, scale_log2, vt, ws);
+        else warp_attend_chunk(qa, m, l, acc, kc0, k_rs, vc0, v_rs, hi, scale_log2, vt, ws);
     }
 }
 

@@ -69,9 +69,6 @@ static const nsa_case warp_cases[] = {
     {"warp TF32 G=32 dS kept key-major", 1, 30, 32, 1, 16, 16, NULL, 0, 16, 2, 8, 8, 0, 1, 2, true, true, false, false, false, false, false, false, F32, true},
     /* the compressed branch alone: its forward stages V and runs whole chunks unguarded, no top-k */
     {"warp compressed only", 1, 71, 16, 1, 32, 32, NULL, 0, 16, 2, 16, 16, 0, 1, 2, true, false, false, false, false, false, false, false, BF16, false},
-    /* T >= 64 * S * block: the forward that runs the top-k copies its selected V through L2 only
-     * (src/ops/nsa_fwd.c, slc_v_in_l1) */
-    {"warp selected V through L2 only (forward)", 1, 1030, 16, 1, 16, 16, NULL, 0, 8, 2, 8, 8, 0, 1, 2, true, true, false, false, false, false, false, false, BF16, false},
     /* small enough for Oclgrind (.ci/matrix.sh): every warp kernel, the split and heavy passes */
     {"warp tiny", 1, 20, 16, 1, 16, 16, NULL, 0, 16, 2, 8, 8, 8, 1, 2, true, true, true, false, false, false, false, false, BF16, false},
 };
@@ -92,7 +89,7 @@ static bool topk_fused(const nsa_case *c)
 static void test_forward(void **state)
 {
     (void)state;
-    bool ran = false, topk_kernel = false, fused = false, unfused = false, unfused_noslc = false, v_l1 = false, v_l2 = false;
+    bool ran = false, topk_kernel = false, fused = false, unfused = false, unfused_noslc = false;
     for (size_t i = 0; i < warp_case_count; ++i) {
         const nsa_case *c = &warp_cases[i];
         if (!nsa_case_selected(c->name)) continue;
@@ -105,7 +102,6 @@ static void test_forward(void **state)
         nsa_check_forward(&r);
         ran = true;
         if (r.topk_ran) *(topk_fused(c) ? &fused : &topk_kernel) = true;
-        if (r.topk_ran && topk_fused(c)) *(c->T >= 64 * c->S * c->bs ? &v_l2 : &v_l1) = true;
         if (!r.topk_ran || !topk_fused(c)) *(c->slc ? &unfused : &unfused_noslc) = true;
         nsa_run_free(&r);
     }
@@ -114,9 +110,6 @@ static void test_forward(void **state)
     if (fused) /* the forward that runs the top-k itself stages V, whole chunks unguarded in its selected branch */
         assert_true(built("#define FUSED_TOPK 1\n") &&
                     built("#define V_EARLY 0\n#define V_STAGE 1\n#define ACC_TRANS 1\n#define WHOLE_SLC 1\n#define WHOLE_CMP_SWA 0\n"));
-    /* ... keeping its selected V rows in L1 unless a token's blocks are few among many */
-    if (v_l1) assert_true(built("#define SLC_V_L1 1\n"));
-    if (v_l2) assert_true(built("#define SLC_V_L1 0\n"));
     if (unfused) /* the forward without it loads V with K and runs whole chunks unguarded in every branch */
         assert_true(built("#define V_EARLY 1\n#define V_STAGE 0\n#define ACC_TRANS 0\n#define WHOLE_SLC 1\n#define WHOLE_CMP_SWA 1\n"));
     if (unfused_noslc) /* ... but stages V where no selected branch runs */

@@ -112,15 +112,6 @@ static clnsa_status plan_topk(clnsa_context *ctx, op_plan *p, const nsa_problem 
     return plan_args_done(ctx, &a, "nsa_topk arguments");
 }
 
-/* Whether the forward that runs the top-k keeps its selected V rows in L1
- * (nsa_fwd_warp.cl's SLC_V_L1): not where a token's S blocks are at most
- * 1/64 of those a sequence of T tokens holds, which neighbouring tokens
- * then seldom share (measured on the H100 from 8k to 64k tokens). */
-static int slc_v_in_l1(const nsa_problem *pb)
-{
-    return (int64_t)pb->T < 64 * (int64_t)pb->S * pb->cfg.block_size;
-}
-
 /* The tuning family of a per-query warp kernel, tuned apart by use: the
  * forward that runs the top-k; the backward's prologue; the forward given
  * its selection, with the compressed branch and without it; dq, keeping
@@ -156,9 +147,8 @@ clnsa_status nsa_plan_query_kernel(clnsa_context *ctx, op_plan *p, const nsa_pro
         append(defines, sizeof defines, strlen(defines), "#define BWD_PRE %d\n#define OUT_VEC %d\n#define SAVE_VEC %d\n",
                kind == ATTN_BWD_PRE, stored && tensor_rows_aligned(stored), saves_aligned);
         if (fused)
-            append(defines, sizeof defines, strlen(defines),
-                   "#define FUSED_TOPK 1\n#define JB %d\n#define PC_MAX %lld\n#define SLC_V_L1 %d\n", pb->topk_jb,
-                   (long long)pb->topk_pc_max, slc_v_in_l1(pb));
+            append(defines, sizeof defines, strlen(defines), "#define FUSED_TOPK 1\n#define JB %d\n#define PC_MAX %lld\n",
+                   pb->topk_jb, (long long)pb->topk_pc_max);
         /* V rows loaded with K rows (V_EARLY), or copied into a local tile
          * (V_STAGE), and whole chunks unguarded (warp_attn.h): V_EARLY's
          * registers pay only where the top-k does not share the kernel and

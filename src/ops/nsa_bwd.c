@@ -14,6 +14,7 @@
  *      compression (CLBlast SGEMMs) / to the caller's dk_cmp, dv_cmp, added
  *      to the partial sums and stored as dk, dv (nsa_compress.cl).
  * No floating-point atomics anywhere, so the result is bitwise reproducible. */
+#include <limits.h>
 #include "nsa.h"
 
 #include <clblast_c.h>
@@ -41,11 +42,13 @@ static heavy_layout heavy_of(const clnsa_context *ctx, const nsa_problem *pb, in
 {
     heavy_layout hl = {0, 0};
     if (!pb->has_slc || !pb->run_topk || pb->cfg.init_blocks <= 0 || tkk <= 0) return hl;
-    const int nhb = pb->cfg.init_blocks * (pb->varlen ? pb->N : 1), nsub = (pb->cfg.block_size + tkk - 1) / tkk;
-    const int64_t groups = (int64_t)nhb * nsub * pb->H * pb->B;
+    const int64_t nhb = (int64_t)pb->cfg.init_blocks * (pb->varlen ? pb->N : 1), nsub = (pb->cfg.block_size + tkk - 1) / tkk;
+    const int64_t nh = nhb * nsub * tkk;
+    if (nh > INT_MAX) return hl; /* the kernels count rows in int: the main pass takes these blocks unsplit */
+    const int64_t groups = nhb * nsub * pb->H * pb->B;
     const int64_t want = ((int64_t)ctx->info.compute_units * 8 + groups - 1) / groups;
     hl.nsplit = (int)(want < 1 ? 1 : want > 64 ? 64 : want);
-    hl.nh = nhb * nsub * tkk;
+    hl.nh = (int)nh;
     return hl;
 }
 

@@ -14,10 +14,10 @@
  *      compression (CLBlast SGEMMs) / to the caller's dk_cmp, dv_cmp, added
  *      to the partial sums and stored as dk, dv (nsa_compress.cl).
  * No floating-point atomics anywhere, so the result is bitwise reproducible. */
-#include <limits.h>
 #include "nsa.h"
 
 #include <clblast_c.h>
+#include <limits.h>
 #include <stdio.h>
 #include <string.h>
 

@@ -4,7 +4,7 @@
  * results as nsa_fwd.cl, computed by warps (warp_attn.h). One warp owns a
  * token and a tile of 16 query heads of one KV group (heads past G are zero
  * rows), keeps the queries in registers for the three branches, and sums
- * the gated branch outputs in its slice of local memory.
+ * the gated branch outputs in its slice of local memory (sum_branches).
  *
  * With FUSED_TOPK (NGT = 1, S <= 32, the compressed branch on) the warp
  * also runs the online top-k between the compressed and selected branches
@@ -35,11 +35,36 @@ inline void load_row_part(__global const store_t *p, idx_t row, idx_t ds, bool v
     for (int e = 0; e < DV / 4; ++e) x[e] = valid ? LOAD(p, row + (idx_t)(d0 + e) * ds) : 0.0f;
 }
 
-/* One branch's rows are final: adds gate * o_b to the warp's output slice
- * and saves its lse and, when asked (ob), o_b itself (forward), or writes
- * dg_b = do . o_b and D_b = g_b dg_b (prologue). Row hr of the lane is head
- * row gq + 8*hr of the tile. */
-inline void warp_branch_done(const float *m, float *l, const float *acc, __local float *outs, int ng,
+#if !BWD_PRE
+/* The gated branch outputs are summed in the warp's slice of local memory
+ * (outs: 16 x DV floats in acc's order): the first branch stores f * o_b
+ * there, a middle one adds to it, and the last adds the slice to its own
+ * and leaves the whole sum in acc for the kernel's final store. A program
+ * of one branch needs no slice and has none: on the H200 at 64k the
+ * forward given indices, whose local memory the slice was, ran 16.24 ->
+ * 14.83 ms without it (the L1 the driver leaves grows). Summed in o's own
+ * rows instead, rounded to the storage type, the sum cost the forward that
+ * runs the top-k 2.5-3%. */
+inline void sum_branches(float *acc, const float *f, __local float *outs, bool first, bool last)
+{
+    const int lane = lane_id();
+#pragma unroll
+    for (int i = 0; i < ACC_N; ++i) {
+        const float x = f[(i >> 1) & 1] * acc[i];
+        if (last)
+            acc[i] = first ? x : x + outs[i * WARP + lane];
+        else
+            outs[i * WARP + lane] = first ? x : x + outs[i * WARP + lane];
+    }
+}
+#endif
+
+/* One branch's rows are final: adds gate * o_b to the sum of the branches
+ * (sum_branches; `first` and `last` say where this branch falls among those
+ * the program runs) and saves its lse and, when asked (ob), o_b itself
+ * (forward), or writes dg_b = do . o_b and D_b = g_b dg_b (prologue). Row
+ * hr of the lane is head row gq + 8*hr of the tile. */
+inline void warp_branch_done(const float *m, float *l, float *acc, __local float *outs, bool first, bool last, int ng,
                              __global const store_t *gate, idx_t gate_base, idx_t gate_hs,
                              __global float *lse, idx_t lse_base, idx_t lse_hs,
                              __global const store_t *dout, idx_t do_base, idx_t do_hs, idx_t do_ds,
@@ -82,41 +107,46 @@ inline void warp_branch_done(const float *m, float *l, const float *acc, __local
 #endif
     }
 #if BWD_PRE
-    (void)outs; (void)ob; (void)ob_base; (void)ob_hs; (void)ob_ds;
+    (void)outs; (void)first; (void)last; (void)ob; (void)ob_base; (void)ob_hs; (void)ob_ds;
 #else
     (void)dout; (void)do_base; (void)do_hs; (void)do_ds; (void)dg; (void)dg_base; (void)dg_hs;
-#pragma unroll
-    for (int i = 0; i < ACC_N; ++i) outs[i * WARP + lane] += f[(i >> 1) & 1] * acc[i];
+    sum_branches(acc, f, outs, first, last);
 #endif
 }
 
 /* A branch is done: X names its tensors (cmp, slc, swa) and x their
- * offsets and strides (c, s, w), as the kernel arguments spell them. */
-#define BRANCH_DONE(X, x, dout, do_base, do_hs, do_ds, dg, dg_base, dg_hs, ob, ob_base, ob_hs, ob_ds)           \
-    warp_branch_done(m, l, acc, outs, ng, g_##X, at4(g##x##_off, g##x##_st, b, t, hq0, 0), g##x##_st.z, lse_##X, \
+ * offsets and strides (c, s, w), as the kernel arguments spell them;
+ * first and last as warp_branch_done. */
+#define BRANCH_DONE(X, x, first, last, dout, do_base, do_hs, do_ds, dg, dg_base, dg_hs, ob, ob_base, ob_hs, ob_ds) \
+    warp_branch_done(m, l, acc, outs, first, last, ng, g_##X, at4(g##x##_off, g##x##_st, b, t, hq0, 0), g##x##_st.z, \
+                     lse_##X,                                                                                     \
                      at4(l##x##_off, l##x##_st, b, t, hq0, 0), l##x##_st.z, dout, do_base, do_hs, do_ds, dg,     \
                      dg_base, dg_hs, ob, ob_base, ob_hs, ob_ds, ws)
 #if BWD_PRE
-#define DONE(X, x)                                                                                                \
-    BRANCH_DONE(X, x, o, at4(o_off, o_st, b, t, hq0, 0), o_st.z, o_st.w, dg_##X,                                  \
+#define DONE(X, x, first, last)                                                                                   \
+    BRANCH_DONE(X, x, first, last, o, at4(o_off, o_st, b, t, hq0, 0), o_st.z, o_st.w, dg_##X,                     \
                 at4(d##x##_off, d##x##_st, b, t, hq0, 0), d##x##_st.z, NULL, 0, 0, 0)
 #else
-#define DONE(X, x)                                                                                                \
-    BRANCH_DONE(X, x, NULL, 0, 0, 0, NULL, 0, 0, o_##X, at4(o##x##_off, o##x##_st, b, t, hq0, 0), o##x##_st.z,    \
-                o##x##_st.w)
+#define DONE(X, x, first, last)                                                                                   \
+    BRANCH_DONE(X, x, first, last, NULL, 0, 0, 0, NULL, 0, 0, o_##X, at4(o##x##_off, o##x##_st, b, t, hq0, 0),    \
+                o##x##_st.z, o##x##_st.w)
 #endif
 
 __kernel __attribute__((reqd_work_group_size(NW * WARP, 1, 1))) void nsa_fwd(
     NSA_QUERY_ARGS, NSA_FWD_OUT_ARGS)
 {
     __local uint wscr[NW * WARP_SCRATCH];
-    __local float out_all[NW * 16 * DV];
 #if FUSED_TOPK
     __local float pc_all[NW * PC_MAX];
 #endif
     const int warp = get_local_id(0) / WARP, lane = lane_id(), gq = lane >> 2;
     __local uint *ws = wscr + warp * WARP_SCRATCH;
+#if !BWD_PRE && HAS_CMP + HAS_SLC + HAS_SWA > 1
+    __local float out_all[NW * 16 * DV];
     __local float *outs = out_all + warp * 16 * DV;
+#else
+    __local float *outs = NULL;
+#endif
 #if V_STAGE
     __local word4_t vt_raw[NW * KC * VT_RS / 8];
     __local store_t *vt = (__local store_t *)vt_raw + warp * KC * VT_RS;
@@ -140,14 +170,12 @@ __kernel __attribute__((reqd_work_group_size(NW * WARP, 1, 1))) void nsa_fwd(
     load_afrag(q + at4(q_off, q_st, b, t, hq0 + gq, 0), gq < ng, q + at4(q_off, q_st, b, t, hq0 + gq + 8, 0),
                gq + 8 < ng, DK, qa);
     float m[2], l[2], acc[ACC_N];
-#pragma unroll
-    for (int i = 0; i < ACC_N; ++i) outs[i * WARP + lane] = 0.0f;
 
 #if HAS_CMP
     warp_reset(m, l, acc);
     warp_attend_range(qa, m, l, acc, kc + at4(kc_off, kc_st, b, row0, h, 0), kc_st.y,
                       vc + at4(vc_off, vc_st, b, row0, h, 0), vc_st.y, nvis, sl2, WHOLE_CMP_SWA, vt, ws);
-    DONE(cmp, c);
+    DONE(cmp, c, true, !HAS_SLC && !HAS_SWA);
 #endif
 
 #if FUSED_TOPK
@@ -187,7 +215,7 @@ __kernel __attribute__((reqd_work_group_size(NW * WARP, 1, 1))) void nsa_fwd(
                               sl2, WHOLE_SLC, vt, ws);
         }
     }
-    DONE(slc, s);
+    DONE(slc, s, !HAS_CMP, !HAS_SWA);
 #endif
 
 #if HAS_SWA
@@ -198,22 +226,19 @@ __kernel __attribute__((reqd_work_group_size(NW * WARP, 1, 1))) void nsa_fwd(
         __global const store_t *vb = v + at4(v_off, v_st, b, sq.start + key0, h, 0);
         warp_attend_range(qa, m, l, acc, kb, k_st.y, vb, v_st.y, live ? tl + 1 - key0 : 0, sl2, WHOLE_CMP_SWA, vt, ws);
     }
-    DONE(swa, w);
+    DONE(swa, w, !HAS_CMP && !HAS_SLC, true);
 #endif
 
 #if !BWD_PRE
-    float res[ACC_N];
 #pragma unroll
-    for (int i = 0; i < ACC_N; ++i) res[i] = outs[i * WARP + lane];
-#pragma unroll
-    for (int hr = 0; hr < 2; ++hr) {
+    for (int hr = 0; hr < 2; ++hr) { /* acc: the gated sum of the branches */
         const int r = gq + 8 * hr;
 #if OUT_VEC && ACC_TRANS
-        store_row_wide(o + at4(o_off, o_st, b, t, hq0 + min(r, ng - 1), 0), DV, res, hr, 1.0f, r < ng, ws);
+        store_row_wide(o + at4(o_off, o_st, b, t, hq0 + min(r, ng - 1), 0), DV, acc, hr, 1.0f, r < ng, ws);
 #elif OUT_VEC
-        if (r < ng) store_row(o + at4(o_off, o_st, b, t, hq0 + r, 0), DV, res, hr, 1.0f, ws);
+        if (r < ng) store_row(o + at4(o_off, o_st, b, t, hq0 + r, 0), DV, acc, hr, 1.0f, ws);
 #else
-        if (r < ng) store_row_strided(o, at4(o_off, o_st, b, t, hq0 + r, 0), o_st.w, DV, res, hr, 1.0f);
+        if (r < ng) store_row_strided(o, at4(o_off, o_st, b, t, hq0 + r, 0), o_st.w, DV, acc, hr, 1.0f);
 #endif
     }
 #endif

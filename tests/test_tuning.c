@@ -203,21 +203,28 @@ static void test_database_entry_too_big(void **state)
  * always in the forward that runs the top-k, never in the backward's
  * prologue, in the forward given its selection only where no selected
  * branch runs. Counted everywhere, it kept WG 128 out of the search on a
- * 48 KB device (D 128: 49 KB counted, 33 used). */
+ * 48 KB device (D 128: 49 KB counted, 33 used). Likewise the gated sum of
+ * the branches: only where the forward runs more than one (or may: a
+ * problem whose branches are not known). */
 static void test_warp_v_tile_bytes(void **state)
 {
     (void)state;
     tune_problem pb = tiny;
     int v[TUNE_MAX_PARAMS] = {128, 16};
     const size_t tile = 4 * 16 * (32 + 8) * sizeof(float); /* four warps, KC = 16 rows of DV + 8 floats (DV 32 is padded) */
+    const size_t sum = 4 * 16 * 32 * sizeof(float);        /* four warps, 16 rows of DV floats */
     pb.slc = false;
     const size_t staged = tune_families[TF_NSA_FWD_WARP].local_bytes(v, &pb);
     assert_int_equal(tune_families[TF_NSA_FWD_CMP_WARP].local_bytes(v, &pb), staged);
     assert_int_equal(tune_families[TF_NSA_FWD_FUSED_WARP].local_bytes(v, &pb), staged);
-    assert_int_equal(tune_families[TF_NSA_BWD_PRE_WARP].local_bytes(v, &pb), staged - tile);
+    assert_int_equal(tune_families[TF_NSA_BWD_PRE_WARP].local_bytes(v, &pb), staged - tile - sum);
     pb.slc = true;
     assert_int_equal(tune_families[TF_NSA_FWD_WARP].local_bytes(v, &pb), staged - tile);
     assert_int_equal(tune_families[TF_NSA_FWD_FUSED_WARP].local_bytes(v, &pb), staged);
+    pb.branches = 1; /* the selected branch alone */
+    assert_int_equal(tune_families[TF_NSA_FWD_WARP].local_bytes(v, &pb), staged - tile - sum);
+    pb.branches = 2;
+    assert_int_equal(tune_families[TF_NSA_FWD_WARP].local_bytes(v, &pb), staged - tile);
 
     /* the safe defaults on a 48 KB GPU at D 128 are those the count gave before: one warp,
      * KC 64 (the fused forward's shrinks to it) */

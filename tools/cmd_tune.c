@@ -326,7 +326,8 @@ static int tune_family_in(const cli_env *env, const tune_opts *o, int family, do
      * family). Set before this family's build threads start. */
     setenv("CLNSA_FUSED_TOPK", family == TF_NSA_FWD_FUSED_WARP ? "1" : "0", 1);
     tune_problem pb = {.dk = o->D, .dv = o->DV, .g = o->G, .block = o->block, .dtype = cli_dtype_from_choice(o->dtype), .S = o->S,
-                       .cmp_block = o->block, .cmp_stride = o->block, .slc = true}; /* its calls run the selected branch */
+                       .cmp_block = o->block, .cmp_stride = o->block, .slc = true, /* its calls run the selected branch */
+                       .branches = 1 + !no_cmp + (o->window > 0)};
     if (warp) {
         const warp_mode wm = device_warp_mode(env->ctx, pb.dtype);
         if (wm == WARP_OFF) {

@@ -74,8 +74,8 @@ static size_t bs_bwd_bytes(const int *v, const tune_problem *pb)
 }
 
 /* Warp kernels: per warp its scratch (WARP_SCRATCH words: (6 * words of
- * a fragment word + 1) * 32 when emulated, else 1) and, in the forward, its
- * output slice of 16 x DV floats; in the top-k pc[PC_MAX] and, for S > 32,
+ * a fragment word + 1) * 32 when emulated, else 1) and, in a forward of
+ * more than one branch, their gated sum (16 x DV floats); in the top-k pc[PC_MAX] and, for S > 32,
  * its list (tv, ti[S]; in registers otherwise). Staged rows hold elements of the storage type:
  * 2 bytes, or 4 for f32 (the TF32 mode). */
 static size_t warp_elem_bytes(const tune_problem *pb) { return pb->dtype == CLNSA_DTYPE_F32 ? 4u : 2u; }
@@ -85,28 +85,31 @@ static size_t warp_scratch_bytes(const tune_problem *pb)
     return sizeof(cl_uint) * (pb->warp_emulated ? (6u * warp_elem_bytes(pb) / 2u + 1u) * 32u : 1u);
 }
 
-/* The warp forward, per warp: the gated outputs' sum, and where the
- * program stages V (V_STAGE: nsa_fwd.c's warp defines) its V tile of KC
- * rows. */
-static size_t warp_fwd_bytes(const int *v, const tune_problem *pb, bool v_tile)
+/* The warp forward, per warp: the gated outputs' sum where the program
+ * runs more than one branch (`sum`), and where it stages V (V_STAGE:
+ * nsa_fwd.c's warp defines) its V tile of KC rows. */
+static size_t warp_fwd_bytes(const int *v, const tune_problem *pb, bool sum, bool v_tile)
 {
     const size_t vrow = (size_t)pb->dv + (pb->dv % 64 ? 8u : 0u);
     const size_t tile = v_tile ? (size_t)v[1] * vrow * warp_elem_bytes(pb) : 0u;
-    return (size_t)(v[0] / 32) * (warp_scratch_bytes(pb) + sizeof(float) * 16u * (size_t)pb->dv + tile);
+    const size_t outs = sum ? sizeof(float) * 16u * (size_t)pb->dv : 0u;
+    return (size_t)(v[0] / 32) * (warp_scratch_bytes(pb) + outs + tile);
 }
+
+static bool sums_branches(const tune_problem *pb) { return pb->branches != 1; }
 
 /* The forward given its selection stages V only where no selected branch
  * runs; counting the tile anyway kept WG 128 out of the search where it
  * fits (H100, D 128: 33 KB, not 49). */
 static size_t fwd_warp_bytes(const int *v, const tune_problem *pb)
 {
-    return warp_fwd_bytes(v, pb, !pb->slc);
+    return warp_fwd_bytes(v, pb, sums_branches(pb), !pb->slc);
 }
 
-/* The backward's prologue never stages V. */
+/* The backward's prologue never stages V, nor sums the branches. */
 static size_t pre_warp_bytes(const int *v, const tune_problem *pb)
 {
-    return warp_fwd_bytes(v, pb, false);
+    return warp_fwd_bytes(v, pb, false, false);
 }
 
 /* The forward that runs the top-k stages V, and holds the top-k's scores
@@ -117,7 +120,7 @@ static size_t pre_warp_bytes(const int *v, const tune_problem *pb)
 static size_t fused_fwd_warp_bytes(const int *v, const tune_problem *pb)
 {
     const size_t pc = pb->fused_jb ? (size_t)topk_pc_max(pb->fused_jb, pb) : 0u;
-    return warp_fwd_bytes(v, pb, true) + (size_t)(v[0] / 32) * sizeof(float) * pc;
+    return warp_fwd_bytes(v, pb, sums_branches(pb), true) + (size_t)(v[0] / 32) * sizeof(float) * pc;
 }
 
 /* The dq warp kernel: each warp's two tiles of KC K rows (padded as the

@@ -54,6 +54,7 @@ typedef struct {
     bool warp_emulated;           /* warp families: emulated matrix operations (one warp per group) */
     int fused_jb; /* nsa_fwd_fused_warp: the top-k's JB, whose PC_MAX scores a warp holds too (0: not known) */
     bool slc;     /* NSA: the selected branch runs (the forward then reads V without a local tile) */
+    int branches; /* NSA forward: the branches it runs; one keeps no sum in local memory (0: not known, counted as more) */
 } tune_problem;
 
 typedef struct {

@@ -37,24 +37,34 @@ inline void load_row_part(__global const store_t *p, idx_t row, idx_t ds, bool v
 
 #if !BWD_PRE
 /* The gated branch outputs are summed in the warp's slice of local memory
- * (outs: 16 x DV floats in acc's order): the first branch stores f * o_b
- * there, a middle one adds to it, and the last adds the slice to its own
- * and leaves the whole sum in acc for the kernel's final store. A program
- * of one branch needs no slice and has none: on the H200 at 64k the
- * forward given indices, whose local memory the slice was, ran 16.24 ->
- * 14.83 ms without it (the L1 the driver leaves grows). Summed in o's own
- * rows instead, rounded to the storage type, the sum cost the forward that
- * runs the top-k 2.5-3%. */
-inline void sum_branches(float *acc, const float *f, __local float *outs, bool first, bool last)
+ * (outs: ACC_N/2 words a lane, acc's pairs rounded to the storage type, as
+ * the output is in the end): the first branch stores f * o_b there, a
+ * middle one adds to it, and the last adds the slice to its own and leaves
+ * the whole sum in acc for the kernel's final store. In words, not floats,
+ * the slice is half the size (the L1 the driver leaves the warps grows):
+ * H200, the forward that runs the top-k, 8k 1.863 -> 1.811 ms, 64k 24.71
+ * -> 24.21, window 512 at 16k 5.85 -> 5.70. A program of one branch needs
+ * no slice and has none: the forward given indices, whose local memory the
+ * slice was, ran 16.2 -> 14.9 ms at 64k without it. Summed in o's own rows
+ * instead, the sum cost the forward that runs the top-k 2.5-3%. */
+inline void sum_branches(float *acc, const float *f, __local word_t *outs, bool first, bool last, __local uint *ws)
 {
     const int lane = lane_id();
 #pragma unroll
-    for (int i = 0; i < ACC_N; ++i) {
-        const float x = f[(i >> 1) & 1] * acc[i];
-        if (last)
-            acc[i] = first ? x : x + outs[i * WARP + lane];
-        else
-            outs[i * WARP + lane] = first ? x : x + outs[i * WARP + lane];
+    for (int i = 0; i < ACC_N; i += 2) { /* acc[i], acc[i + 1]: one row */
+        const float g = f[(i >> 1) & 1];
+        float x0 = g * acc[i], x1 = g * acc[i + 1];
+        if (!first) {
+            const word_t w = outs[i / 2 * WARP + lane];
+            x0 += word_elem(w, 0);
+            x1 += word_elem(w, 1);
+        }
+        if (last) {
+            acc[i] = x0;
+            acc[i + 1] = x1;
+        } else {
+            outs[i / 2 * WARP + lane] = pack_f32x2(x0, x1, ws);
+        }
     }
 }
 #endif
@@ -64,7 +74,7 @@ inline void sum_branches(float *acc, const float *f, __local float *outs, bool f
  * the program runs) and saves its lse and, when asked (ob), o_b itself
  * (forward), or writes dg_b = do . o_b and D_b = g_b dg_b (prologue). Row
  * hr of the lane is head row gq + 8*hr of the tile. */
-inline void warp_branch_done(const float *m, float *l, float *acc, __local float *outs, bool first, bool last, int ng,
+inline void warp_branch_done(const float *m, float *l, float *acc, __local word_t *outs, bool first, bool last, int ng,
                              __global const store_t *gate, idx_t gate_base, idx_t gate_hs,
                              __global float *lse, idx_t lse_base, idx_t lse_hs,
                              __global const store_t *dout, idx_t do_base, idx_t do_hs, idx_t do_ds,
@@ -110,7 +120,7 @@ inline void warp_branch_done(const float *m, float *l, float *acc, __local float
     (void)outs; (void)first; (void)last; (void)ob; (void)ob_base; (void)ob_hs; (void)ob_ds;
 #else
     (void)dout; (void)do_base; (void)do_hs; (void)do_ds; (void)dg; (void)dg_base; (void)dg_hs;
-    sum_branches(acc, f, outs, first, last);
+    sum_branches(acc, f, outs, first, last, ws);
 #endif
 }
 
@@ -142,10 +152,10 @@ __kernel __attribute__((reqd_work_group_size(NW * WARP, 1, 1))) void nsa_fwd(
     const int warp = get_local_id(0) / WARP, lane = lane_id(), gq = lane >> 2;
     __local uint *ws = wscr + warp * WARP_SCRATCH;
 #if !BWD_PRE && HAS_CMP + HAS_SLC + HAS_SWA > 1
-    __local float out_all[NW * 16 * DV];
-    __local float *outs = out_all + warp * 16 * DV;
+    __local word_t out_all[NW * ACC_N / 2 * WARP];
+    __local word_t *outs = out_all + warp * ACC_N / 2 * WARP;
 #else
-    __local float *outs = NULL;
+    __local word_t *outs = NULL;
 #endif
 #if V_STAGE
     __local word4_t vt_raw[NW * KC * VT_RS / 8];

@@ -46,7 +46,7 @@ inline void load_row_part(__global const store_t *p, idx_t row, idx_t ds, bool v
  * -> 24.21, window 512 at 16k 5.85 -> 5.70. A program of one branch needs
  * no slice and has none: the forward given indices, whose local memory the
  * slice was, ran 16.2 -> 14.9 ms at 64k without it. Summed in o's own rows
- * instead, the sum cost the forward that runs the top-k 2.5-3%. */
+ * instead, the sum cost the forwards of two and three branches 2.5-5%. */
 inline void sum_branches(float *acc, const float *f, __local word_t *outs, bool first, bool last, __local uint *ws)
 {
     const int lane = lane_id();

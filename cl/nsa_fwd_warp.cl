@@ -35,9 +35,27 @@ inline void load_row_part(__global const store_t *p, idx_t row, idx_t ds, bool v
     for (int e = 0; e < DV / 4; ++e) x[e] = valid ? LOAD(p, row + (idx_t)(d0 + e) * ds) : 0.0f;
 }
 
+/* The words of the sum of the branches (below): a pair of the storage type
+ * (bf16 has f32's range; f32 is exact), or of floats for f16, whose range
+ * a partial sum may leave where the final one does not (the gates are
+ * inputs, not bounded). */
+#if STORAGE == 1
+typedef float2 sum_word;
+inline sum_word sum_pack(float lo, float hi, __local uint *ws)
+{
+    (void)ws;
+    return (float2)(lo, hi);
+}
+inline float sum_elem(sum_word w, int hi) { return hi ? w.y : w.x; }
+#else
+typedef word_t sum_word;
+inline sum_word sum_pack(float lo, float hi, __local uint *ws) { return pack_f32x2(lo, hi, ws); }
+inline float sum_elem(sum_word w, int hi) { return word_elem(w, hi); }
+#endif
+
 #if !BWD_PRE
 /* The gated branch outputs are summed in the warp's slice of local memory
- * (outs: ACC_N/2 words a lane, acc's pairs rounded to the storage type, as
+ * (outs: ACC_N/2 words a lane, acc's pairs rounded as sum_word says, as
  * the output is in the end): the first branch stores f * o_b there, a
  * middle one adds to it, and the last adds the slice to its own and leaves
  * the whole sum in acc for the kernel's final store. In words, not floats,
@@ -47,7 +65,7 @@ inline void load_row_part(__global const store_t *p, idx_t row, idx_t ds, bool v
  * no slice and has none: the forward given indices, whose local memory the
  * slice was, ran 16.2 -> 14.9 ms at 64k without it. Summed in o's own rows
  * instead, the sum cost the forwards of two and three branches 2.5-5%. */
-inline void sum_branches(float *acc, const float *f, __local word_t *outs, bool first, bool last, __local uint *ws)
+inline void sum_branches(float *acc, const float *f, __local sum_word *outs, bool first, bool last, __local uint *ws)
 {
     const int lane = lane_id();
 #pragma unroll
@@ -55,15 +73,15 @@ inline void sum_branches(float *acc, const float *f, __local word_t *outs, bool 
         const float g = f[(i >> 1) & 1];
         float x0 = g * acc[i], x1 = g * acc[i + 1];
         if (!first) {
-            const word_t w = outs[i / 2 * WARP + lane];
-            x0 += word_elem(w, 0);
-            x1 += word_elem(w, 1);
+            const sum_word w = outs[i / 2 * WARP + lane];
+            x0 += sum_elem(w, 0);
+            x1 += sum_elem(w, 1);
         }
         if (last) {
             acc[i] = x0;
             acc[i + 1] = x1;
         } else {
-            outs[i / 2 * WARP + lane] = pack_f32x2(x0, x1, ws);
+            outs[i / 2 * WARP + lane] = sum_pack(x0, x1, ws);
         }
     }
 }
@@ -74,7 +92,7 @@ inline void sum_branches(float *acc, const float *f, __local word_t *outs, bool 
  * the program runs) and saves its lse and, when asked (ob), o_b itself
  * (forward), or writes dg_b = do . o_b and D_b = g_b dg_b (prologue). Row
  * hr of the lane is head row gq + 8*hr of the tile. */
-inline void warp_branch_done(const float *m, float *l, float *acc, __local word_t *outs, bool first, bool last, int ng,
+inline void warp_branch_done(const float *m, float *l, float *acc, __local sum_word *outs, bool first, bool last, int ng,
                              __global const store_t *gate, idx_t gate_base, idx_t gate_hs,
                              __global float *lse, idx_t lse_base, idx_t lse_hs,
                              __global const store_t *dout, idx_t do_base, idx_t do_hs, idx_t do_ds,
@@ -152,10 +170,10 @@ __kernel __attribute__((reqd_work_group_size(NW * WARP, 1, 1))) void nsa_fwd(
     const int warp = get_local_id(0) / WARP, lane = lane_id(), gq = lane >> 2;
     __local uint *ws = wscr + warp * WARP_SCRATCH;
 #if !BWD_PRE && HAS_CMP + HAS_SLC + HAS_SWA > 1
-    __local word_t out_all[NW * ACC_N / 2 * WARP];
-    __local word_t *outs = out_all + warp * ACC_N / 2 * WARP;
+    __local sum_word out_all[NW * ACC_N / 2 * WARP];
+    __local sum_word *outs = out_all + warp * ACC_N / 2 * WARP;
 #else
-    __local word_t *outs = NULL;
+    __local sum_word *outs = NULL;
 #endif
 #if V_STAGE
     __local word4_t vt_raw[NW * KC * VT_RS / 8];

@@ -225,6 +225,11 @@ static void test_warp_v_tile_bytes(void **state)
     assert_int_equal(tune_families[TF_NSA_FWD_WARP].local_bytes(v, &pb), staged - tile - sum);
     pb.branches = 2;
     assert_int_equal(tune_families[TF_NSA_FWD_WARP].local_bytes(v, &pb), staged - tile);
+    /* the sum in bf16 pairs, half the f32 one; f16 keeps floats (its range) */
+    pb.dtype = CLNSA_DTYPE_BF16;
+    assert_int_equal(tune_families[TF_NSA_FWD_WARP].local_bytes(v, &pb), staged - tile - sum / 2);
+    pb.dtype = CLNSA_DTYPE_F16;
+    assert_int_equal(tune_families[TF_NSA_FWD_WARP].local_bytes(v, &pb), staged - tile);
 
     /* the safe defaults on a 48 KB GPU at D 128: one warp, KC 64; the fused
      * forward's shrinks from four warps to two (V tiles of 16 KB, sums of 4 KB) */

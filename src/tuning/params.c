@@ -76,7 +76,7 @@ static size_t bs_bwd_bytes(const int *v, const tune_problem *pb)
 /* Warp kernels: per warp its scratch (WARP_SCRATCH words: (6 * words of
  * a fragment word + 1) * 32 when emulated, else 1) and, in a forward of
  * more than one branch, their gated sum (16 x DV elements of the storage
- * type); in the top-k pc[PC_MAX] and, for S > 32,
+ * type; floats for f16, whose range a partial sum may leave); in the top-k pc[PC_MAX] and, for S > 32,
  * its list (tv, ti[S]; in registers otherwise). Staged rows hold elements of the storage type:
  * 2 bytes, or 4 for f32 (the TF32 mode). */
 static size_t warp_elem_bytes(const tune_problem *pb) { return pb->dtype == CLNSA_DTYPE_F32 ? 4u : 2u; }
@@ -93,7 +93,7 @@ static size_t warp_fwd_bytes(const int *v, const tune_problem *pb, bool sum, boo
 {
     const size_t vrow = (size_t)pb->dv + (pb->dv % 64 ? 8u : 0u);
     const size_t tile = v_tile ? (size_t)v[1] * vrow * warp_elem_bytes(pb) : 0u;
-    const size_t outs = sum ? 16u * (size_t)pb->dv * warp_elem_bytes(pb) : 0u;
+    const size_t outs = sum ? 16u * (size_t)pb->dv * (pb->dtype == CLNSA_DTYPE_F16 ? 4u : warp_elem_bytes(pb)) : 0u;
     return (size_t)(v[0] / 32) * (warp_scratch_bytes(pb) + outs + tile);
 }
 

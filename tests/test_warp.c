@@ -310,6 +310,43 @@ static void test_forward_families(void **state)
     clnsa_context_destroy(te.ctx);
 }
 
+/* The forward sums its gated branches in floats where storage is f16: with
+ * values near 25000 and gates near 1.5, 1.5 and -2.5, the first two
+ * branches' sum (about 75000) leaves f16's range (65504) where the output
+ * (about 12500) does not; summed in f16 pairs, as bf16 sums are, the
+ * output would be inf. */
+static void test_f16_sum_range(void **state)
+{
+    (void)state;
+    const char *name = "warp G=4 DK=32 DV=64 varlen overlap 16/8";
+    if (!nsa_case_selected(name)) return;
+    const nsa_case *c = NULL;
+    for (size_t i = 0; i < warp_case_count; ++i)
+        if (strcmp(warp_cases[i].name, name) == 0) c = &warp_cases[i];
+    assert_non_null(c);
+    assert_true(c->dt == F16 && c->cmp && c->slc && c->swa);
+    nsa_run r;
+    uint64_t seed = 4400;
+    nsa_run_setup(&env, &r, c, seed);
+    struct {
+        dbuf *b;
+        clnsa_tensor *t;
+        size_t n;
+        double lo, hi;
+    } big[] = {{&r.v, &r.in.v, r.nk * c->DV, 24000, 26000},
+               {&r.gc, &r.in.g_cmp, r.nq, 1.4, 1.6},
+               {&r.gs, &r.in.g_slc, r.nq, 1.4, 1.6},
+               {&r.gw, &r.in.g_swa, r.nq, -2.6, -2.4}};
+    for (size_t i = 0; i < sizeof big / sizeof big[0]; ++i) {
+        dfree(big[i].b);
+        *big[i].b = dev_rand(&env, big[i].n, big[i].lo, big[i].hi, F16, &seed);
+        *big[i].t = i == 0 ? tensor4(r.v.m, F16, c->B, c->T, c->H, c->DV) : tensor3(big[i].b->m, F16, c->B, c->T, c->HQ);
+    }
+    nsa_run_forward(&env, &r);
+    nsa_check_forward(&r);
+    nsa_run_free(&r);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -317,6 +354,7 @@ int main(void)
         cmocka_unit_test(test_backward),
         cmocka_unit_test(test_keep_ds_workspace),
         cmocka_unit_test(test_forward_families),
+        cmocka_unit_test(test_f16_sum_range),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

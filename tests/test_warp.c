@@ -238,20 +238,23 @@ static void test_keep_ds_workspace(void **state)
     nsa_run_free(&r);
 }
 
+static const nsa_case *case_named(const char *name)
+{
+    for (size_t i = 0; i < warp_case_count; ++i)
+        if (strcmp(warp_cases[i].name, name) == 0) return &warp_cases[i];
+    fail_msg("no case %s", name);
+    return NULL;
+}
+
 /* The forward of the case named `name` on te, with fresh inputs, checked
  * against the reference. */
 static void forward_checked(test_env *te, const char *name, uint64_t seed)
 {
-    for (size_t i = 0; i < warp_case_count; ++i)
-        if (strcmp(warp_cases[i].name, name) == 0) {
-            nsa_run r;
-            nsa_run_setup(te, &r, &warp_cases[i], seed);
-            nsa_run_forward(te, &r);
-            nsa_check_forward(&r);
-            nsa_run_free(&r);
-            return;
-        }
-    fail_msg("no case %s", name);
+    nsa_run r;
+    nsa_run_setup(te, &r, case_named(name), seed);
+    nsa_run_forward(te, &r);
+    nsa_check_forward(&r);
+    nsa_run_free(&r);
 }
 
 /* The forward kernel's uses take their chunk and work-group from families
@@ -320,28 +323,27 @@ static void test_f16_sum_range(void **state)
     (void)state;
     const char *name = "warp G=4 DK=32 DV=64 varlen overlap 16/8";
     if (!nsa_case_selected(name)) return;
-    const nsa_case *c = NULL;
-    for (size_t i = 0; i < warp_case_count; ++i)
-        if (strcmp(warp_cases[i].name, name) == 0) c = &warp_cases[i];
-    assert_non_null(c);
+    const nsa_case *c = case_named(name);
     assert_true(c->dt == F16 && c->cmp && c->slc && c->swa);
     nsa_run r;
     uint64_t seed = 4400;
     nsa_run_setup(&env, &r, c, seed);
     struct {
         dbuf *b;
-        clnsa_tensor *t;
         size_t n;
         double lo, hi;
-    } big[] = {{&r.v, &r.in.v, r.nk * c->DV, 24000, 26000},
-               {&r.gc, &r.in.g_cmp, r.nq, 1.4, 1.6},
-               {&r.gs, &r.in.g_slc, r.nq, 1.4, 1.6},
-               {&r.gw, &r.in.g_swa, r.nq, -2.6, -2.4}};
+    } big[] = {{&r.v, r.nk * c->DV, 24000, 26000},
+               {&r.gc, r.nq, 1.4, 1.6},
+               {&r.gs, r.nq, 1.4, 1.6},
+               {&r.gw, r.nq, -2.6, -2.4}};
     for (size_t i = 0; i < sizeof big / sizeof big[0]; ++i) {
         dfree(big[i].b);
         *big[i].b = dev_rand(&env, big[i].n, big[i].lo, big[i].hi, F16, &seed);
-        *big[i].t = i == 0 ? tensor4(r.v.m, F16, c->B, c->T, c->H, c->DV) : tensor3(big[i].b->m, F16, c->B, c->T, c->HQ);
     }
+    r.in.v = tensor4(r.v.m, F16, c->B, c->T, c->H, c->DV);
+    r.in.g_cmp = tensor3(r.gc.m, F16, c->B, c->T, c->HQ);
+    r.in.g_slc = tensor3(r.gs.m, F16, c->B, c->T, c->HQ);
+    r.in.g_swa = tensor3(r.gw.m, F16, c->B, c->T, c->HQ);
     nsa_run_forward(&env, &r);
     nsa_check_forward(&r);
     nsa_run_free(&r);

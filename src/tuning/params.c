@@ -81,6 +81,10 @@ static size_t bs_bwd_bytes(const int *v, const tune_problem *pb)
  * 2 bytes, or 4 for f32 (the TF32 mode). */
 static size_t warp_elem_bytes(const tune_problem *pb) { return pb->dtype == CLNSA_DTYPE_F32 ? 4u : 2u; }
 
+/* An element of the forward's sum of the branches (nsa_fwd_warp.cl's
+ * sum_word): the storage type's, a float for f16. */
+static size_t sum_elem_bytes(const tune_problem *pb) { return pb->dtype == CLNSA_DTYPE_F16 ? 4u : warp_elem_bytes(pb); }
+
 static size_t warp_scratch_bytes(const tune_problem *pb)
 {
     return sizeof(cl_uint) * (pb->warp_emulated ? (6u * warp_elem_bytes(pb) / 2u + 1u) * 32u : 1u);
@@ -93,7 +97,7 @@ static size_t warp_fwd_bytes(const int *v, const tune_problem *pb, bool sum, boo
 {
     const size_t vrow = (size_t)pb->dv + (pb->dv % 64 ? 8u : 0u);
     const size_t tile = v_tile ? (size_t)v[1] * vrow * warp_elem_bytes(pb) : 0u;
-    const size_t outs = sum ? 16u * (size_t)pb->dv * (pb->dtype == CLNSA_DTYPE_F16 ? 4u : warp_elem_bytes(pb)) : 0u;
+    const size_t outs = sum ? 16u * (size_t)pb->dv * sum_elem_bytes(pb) : 0u;
     return (size_t)(v[0] / 32) * (warp_scratch_bytes(pb) + outs + tile);
 }
 

@@ -224,8 +224,8 @@ static void profile_once(const cli_env *env, method_call *c, int pass, cl_mem ws
     if (st == CLNSA_SUCCESS && done) clWaitForEvents(1, &done);
     if (done) clReleaseEvent(done);
     const char *names[PLAN_MAX_STEPS];
-    double ms[PLAN_MAX_STEPS];
-    int n = 0;
+    double ms[PLAN_MAX_STEPS], each[PLAN_MAX_STEPS];
+    int n = 0, launches[PLAN_MAX_STEPS], kernel_of[PLAN_MAX_STEPS];
     for (int i = 0; i < h.nevents; ++i) {
         cl_ulong t0 = 0, t1 = 0;
         clGetEventProfilingInfo(h.events[i], CL_PROFILING_COMMAND_START, sizeof t0, &t0, NULL);
@@ -233,12 +233,23 @@ static void profile_once(const cli_env *env, method_call *c, int pass, cl_mem ws
         clReleaseEvent(h.events[i]);
         int k = 0;
         while (k < n && strcmp(names[k], h.event_kernels[i]) != 0) ++k;
-        if (k == n) names[n] = h.event_kernels[i], ms[n++] = 0;
-        ms[k] += t1 > t0 ? (double)(t1 - t0) * 1e-6 : 0;
+        if (k == n) names[n] = h.event_kernels[i], ms[n] = 0, launches[n++] = 0;
+        each[i] = t1 > t0 ? (double)(t1 - t0) * 1e-6 : 0;
+        kernel_of[i] = k;
+        ms[k] += each[i];
+        ++launches[k];
     }
     static const char *const pass_names[P_COUNT] = {"fwd", "training fwd", "bwd"};
     printf("  profile %s %s T=%d (ms):", method, pass_names[pass], T);
-    for (int k = 0; k < n; ++k) printf(" %s %.3f", names[k], ms[k]);
+    for (int k = 0; k < n; ++k) {
+        printf(" %s %.3f", names[k], ms[k]);
+        if (launches[k] < 2) continue;
+        /* a kernel launched more than once (a pass per branch): each
+         * launch in order, to tell them apart */
+        for (int i = 0, first = 1; i < h.nevents; ++i)
+            if (kernel_of[i] == k) printf("%s%.3f", first ? " [" : " + ", each[i]), first = 0;
+        printf("]");
+    }
     printf("\n");
 }
 
@@ -508,7 +519,7 @@ int cmd_bench(int argc, char **argv)
          "the NSA backward recomputes the branch outputs instead of reading the training forward's saved ones"},
         {"--no-dense", OPT_FLAG, &o.no_dense, 0, 0, NULL, NULL, "skip the dense causal baselines (dense, clblast)"},
         {"--no-startup", OPT_FLAG, &o.no_startup, 0, 0, NULL, NULL, "skip the start-up timing"},
-        {"--profile", OPT_FLAG, &o.profile, 0, 0, NULL, NULL, "after each method's timing, one more run: the time of each kernel"},
+        {"--profile", OPT_FLAG, &o.profile, 0, 0, NULL, NULL, "after each method's timing, one more run: the time of each kernel (of each launch, in brackets, where it runs more than once)"},
         {"--methods", OPT_STRING, &o.methods, 0, 0, NULL, "LIST", "methods to time, comma-separated (default all: cmp,topk+slc,slc,swa,nsa,dense,clblast)"},
         {"--json", OPT_STRING, &o.json, 0, 0, NULL, "FILE", "write the results as JSON"},
         {"--svg", OPT_STRING, &o.svg, 0, 0, NULL, "FILE", "write a plot of ms against T per method"},

@@ -62,30 +62,47 @@ inline void fetch_query_rows(int r0, int b, int h, __local const int *tok, __glo
     copy_async_commit();
 }
 
-/* Work-item r < RQ's part of staging a chunk: query row rr's lse (log2
- * units), D and gate, read now and stored by row_values_put (-inf, 0, 0
- * for no token). */
-typedef struct {
-    float lse, d, g;
-} row_values;
-
-inline row_values row_values_get(int rr, int tok, int b, int h, __global const store_t *gate, idx_t g_off,
-                                 idx4_t g_st, __global const float *lse, idx_t l_off, idx4_t l_st,
-                                 __global const float *dlt, idx_t x_off, idx4_t x_st)
+/* Work-item r < RQ's part of staging a chunk: query row rr's lse, D and
+ * gate, copied asynchronously with the chunk's rows (zeros for no token).
+ * Loaded into registers a chunk ahead and stored at its end, as they were,
+ * they held the pass up: at 64k in the anchor configuration on an H100
+ * (2026-11-27) the copies took the selected pass from 28.6-28.8 to
+ * 26.4-26.7 ms, the dk/dv passes in all from 45.4-45.7 to 42.9-43.2. cp.async
+ * copies whole aligned words, so a 16-bit gate comes in one and g_hi says
+ * which half (row_gate). The lse stays in natural-log units (the product
+ * scales it). */
+inline void fetch_row_values(int rr, int tok, int r, int b, int h, __global const store_t *gate, idx_t g_off,
+                             idx4_t g_st, __global const float *lse, idx_t l_off, idx4_t l_st,
+                             __global const float *dlt, idx_t x_off, idx4_t x_st, __local float *lse_s,
+                             __local float *d_s, __local uint *g_s, __local int *g_hi)
 {
-    const int hq = h * G + dkdv_row_head(rr);
-    row_values x;
-    x.lse = tok >= 0 ? lse[at4(l_off, l_st, b, tok, hq, 0)] * LOG2E : -INFINITY;
-    x.d = tok >= 0 ? dlt[at4(x_off, x_st, b, tok, hq, 0)] : 0.0f;
-    x.g = tok >= 0 ? LOAD(gate, at4(g_off, g_st, b, tok, hq, 0)) : 0.0f;
-    return x;
+    const int hq = h * G + dkdv_row_head(rr), t = max(tok, 0);
+    copy4_async(lse_s + r, lse + at4(l_off, l_st, b, t, hq, 0), tok >= 0);
+    copy4_async(d_s + r, dlt + at4(x_off, x_st, b, t, hq, 0), tok >= 0);
+    const idx_t gi = at4(g_off, g_st, b, t, hq, 0);
+#if STORAGE == 0
+    (void)g_hi;
+    copy4_async(g_s + r, gate + gi, tok >= 0);
+#else
+    /* the buffer starts 4-byte aligned: an odd element is the high half of
+     * the word before it, an even one the low half of its own (copied
+     * alone: the next may lie past the buffer) */
+    const int odd = (int)(gi & 1);
+    if (odd) copy4_async(g_s + r, gate + gi - 1, tok >= 0);
+    else copy2_async(g_s + r, gate + gi, tok >= 0);
+    g_hi[r] = odd;
+#endif
 }
 
-inline void row_values_put(row_values x, int r, __local float *lse_s, __local float *d_s, __local float *g_s)
+/* The gate of row r, as fetch_row_values left it. */
+inline float row_gate(__local const uint *g_s, __local const int *g_hi, int r)
 {
-    lse_s[r] = x.lse;
-    d_s[r] = x.d;
-    g_s[r] = x.g;
+#if STORAGE == 0
+    (void)g_hi;
+    return as_float(g_s[r]);
+#else
+    return word_elem(g_s[r], g_hi[r]);
+#endif
 }
 
 #if DS_KEEP
@@ -185,7 +202,9 @@ __kernel __attribute__((reqd_work_group_size(NW * WARP, 1, 1))) void nsa_bwd_dkd
     __local int dsat_s[3][RQ], dslim_s[3][RQ]; /* dslim_s: BRANCH 0's */
     ds += ds0;
 #endif
-    __local float lse_s[2][RQ], d_s[2][RQ], g_s[2][RQ];
+    __local float lse_s[2][RQ], d_s[2][RQ];
+    __local uint g_s[2][RQ];
+    __local int g_hi[2][RQ];
     const int warp = get_local_id(0) / WARP, lane = lane_id(), gq = lane >> 2, tq = lane & 3;
     __local uint *ws = wscr + warp * WARP_SCRATCH;
     const int h = get_group_id(1), b = get_group_id(2), H = get_num_groups(1);
@@ -238,12 +257,11 @@ __kernel __attribute__((reqd_work_group_size(NW * WARP, 1, 1))) void nsa_bwd_dkd
     }
     barrier(CLK_LOCAL_MEM_FENCE);
     if (nchunks > 0) {
+        if (lid < RQ)
+            fetch_row_values(r_begin + lid, tok_s[0][lid], lid, b, h, gate, g_off, g_st, lse, l_off, l_st, dlt, x_off,
+                             x_st, lse_s[0], d_s[0], g_s[0], g_hi[0]);
         fetch_query_rows(r_begin, b, h, tok_s[0], q, q_off, q_st, dout, do_off, do_st, (__local store_t *)q_raw[0],
                          (__local store_t *)do_raw[0]);
-        if (lid < RQ)
-            row_values_put(row_values_get(r_begin + lid, tok_s[0][lid], b, h, gate, g_off, g_st, lse, l_off, l_st, dlt,
-                                          x_off, x_st),
-                           lid, lse_s[0], d_s[0], g_s[0]);
         copy_async_wait();
     }
     barrier(CLK_LOCAL_MEM_FENCE);
@@ -254,18 +272,17 @@ __kernel __attribute__((reqd_work_group_size(NW * WARP, 1, 1))) void nsa_bwd_dkd
 #if DS_KEEP
         ds_place ds2 = {-1, 0};
 #endif
-        row_values next = {-INFINITY, 0.0f, 0.0f};
         if (lid < RQ) {
             tok2 = dkdv_row_token(kt, r0 + 2 * RQ + lid, lst);
 #if DS_KEEP
             ds2 = ds_row(kt, r0 + 2 * RQ + lid, lst, b, h, H, T);
 #endif
-            next = row_values_get(r0 + RQ + lid, tok_s[tn][lid], b, h, gate, g_off, g_st, lse, l_off, l_st, dlt, x_off,
-                                  x_st);
         }
         __local const store_t *qs = (__local const store_t *)q_raw[cur], *dos = (__local const store_t *)do_raw[cur];
         __local const int *tok_r = tok_s[tc];
-        __local const float *lse_r = lse_s[cur], *d_r = d_s[cur], *g_r = g_s[cur];
+        __local const float *lse_r = lse_s[cur], *d_r = d_s[cur];
+        __local const uint *g_r = g_s[cur];
+        __local const int *gh_r = g_hi[cur];
         float s[KC / 2], dp[KC / 2];
         lds_products(s, ka, qs, QPAD, 0, KC, DK, ws);
         lds_products(dp, va, dos, DPAD, 0, KC, DV, ws);
@@ -273,17 +290,21 @@ __kernel __attribute__((reqd_work_group_size(NW * WARP, 1, 1))) void nsa_bwd_dkd
          * reads: issued before them they made the pass slower (selected
          * pass 28.0 -> 26.5 ms at 64k on the H100 when moved), probably
          * because the products waited behind their address arithmetic */
-        if (c + 1 < nchunks)
+        if (c + 1 < nchunks) {
+            if (lid < RQ)
+                fetch_row_values(r0 + RQ + lid, tok_s[tn][lid], lid, b, h, gate, g_off, g_st, lse, l_off, l_st, dlt,
+                                 x_off, x_st, lse_s[cur ^ 1], d_s[cur ^ 1], g_s[cur ^ 1], g_hi[cur ^ 1]);
             fetch_query_rows(r0 + RQ, b, h, tok_s[tn], q, q_off, q_st, dout, do_off, do_st,
                              (__local store_t *)q_raw[cur ^ 1], (__local store_t *)do_raw[cur ^ 1]);
+        }
 #pragma unroll
         for (int i = 0; i < KC / 2; ++i) {
             const int r = 8 * (i >> 2) + 2 * tq + (i & 1), hr = (i >> 1) & 1; /* query row, key row */
             const int tok = tok_r[r];
             const bool on = kv[hr] && tok >= 0 && lse_r[r] != -INFINITY && sees(tok, key[hr].x, key[hr].y, key[hr].z);
-            const float p = on ? exp2(s[i] * sl2 - lse_r[r]) : 0.0f;
-            s[i] = p * (g_r[r] * dp[i] - d_r[r]); /* dS^T */
-            dp[i] = g_r[r] * p;                   /* g P^T */
+            const float p = on ? exp2(s[i] * sl2 - lse_r[r] * LOG2E) : 0.0f, g = row_gate(g_r, gh_r, r);
+            s[i] = p * (g * dp[i] - d_r[r]); /* dS^T */
+            dp[i] = g * p;                   /* g P^T */
         }
         lds_accumulate_trans(dva, dp, dos, DPAD, DV, ws);
 #if DS_KEEP
@@ -303,7 +324,6 @@ __kernel __attribute__((reqd_work_group_size(NW * WARP, 1, 1))) void nsa_bwd_dkd
 #if DS_KEEP
             ds_place_put(ds2, lid, dsat_s[tf], dslim_s[tf]);
 #endif
-            row_values_put(next, lid, lse_s[cur ^ 1], d_s[cur ^ 1], g_s[cur ^ 1]);
         }
         copy_async_wait();
         barrier(CLK_LOCAL_MEM_FENCE);

@@ -238,6 +238,14 @@ inline void copy4_async(__local void *dst, __global const void *src, bool valid)
                  : "memory");
 }
 
+/* The 2 bytes at src (4-byte aligned) into the low half of the word at dst,
+ * the high half zero: a 16-bit element that may end its buffer. */
+inline void copy2_async(__local void *dst, __global const void *src, bool valid)
+{
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;" ::"r"((uint)(size_t)dst), "l"(src), "r"(valid ? 2 : 0)
+                 : "memory");
+}
+
 inline void copy_async_commit(void) { asm volatile("cp.async.commit_group;" ::: "memory"); }
 
 inline void copy_async_wait(void) { asm volatile("cp.async.wait_all;" ::: "memory"); }
@@ -263,6 +271,11 @@ inline void copy16_async(__local void *dst, __global const void *src, bool valid
 inline void copy4_async(__local void *dst, __global const void *src, bool valid)
 {
     *(__local uint *)dst = valid ? *(__global const uint *)src : 0u;
+}
+
+inline void copy2_async(__local void *dst, __global const void *src, bool valid)
+{
+    *(__local uint *)dst = valid ? (uint)*(__global const ushort *)src : 0u;
 }
 
 inline void copy_async_commit(void) {}

@@ -105,6 +105,22 @@ inline float row_gate(__local const uint *g_s, __local const int *g_hi, int r)
 #endif
 }
 
+#if BRANCH == 1
+/* Work-item r < RQ's part of fetching the list entries of the chunk from
+ * r0 (dkdv_entry_at), copied asynchronously as the per-row values are, a
+ * chunk before they are decoded into its tokens (and kept-dS places), two
+ * before its rows are copied. Read when decoded, as they were, they held
+ * the pass up too: at 64k in the anchor configuration on an H100
+ * (2026-11-27) the copies took the selected pass from 26.1-26.8 to
+ * 25.2-25.6 ms. */
+inline void fetch_entries(dkdv_tile kt, int r0, __global const int *lst, __local int *ent)
+{
+    const int r = get_local_id(0), rr = r0 + r;
+    const bool in = rr < dkdv_rows(kt);
+    copy4_async(ent + r, lst + dkdv_entry_at(kt, in ? rr : 0), in);
+}
+#endif
+
 #if DS_KEEP
 /* Where query row rr's dS lies in ds: at, the element of its key 0 (head 0
  * where DS_BY_KEY; -1: nowhere) in units of 16 (regions and head rows are
@@ -116,15 +132,15 @@ typedef struct {
     int at, lim;
 } ds_place;
 
-inline ds_place ds_row(dkdv_tile kt, int rr, __global const int *lst, int b, int h, int H, int T)
+inline ds_place ds_row(int rr, int tok, int slot, int b, int h, int H, int T)
 {
-    const int tok = dkdv_row_token(kt, rr, lst);
     ds_place x = {-1, 0};
     if (tok < 0) return x;
 #if BRANCH == 1 /* (batch, token, KV head, slot): [KSP][G] or [G][KSP] */
     x.lim = KSP;
-    x.at = (((b * T + tok) * H + h) * S + dkdv_row_slot(kt, rr, lst)) * G * (KSP / 16);
+    x.at = (((b * T + tok) * H + h) * S + slot) * G * (KSP / 16);
 #else
+    (void)slot;
     x.lim = dsc_keys(tok);
     x.at = (int)(dsc_region(b, h, H, T, tok) * G / 16);
 #endif
@@ -205,6 +221,9 @@ __kernel __attribute__((reqd_work_group_size(NW * WARP, 1, 1))) void nsa_bwd_dkd
     __local float lse_s[2][RQ], d_s[2][RQ];
     __local uint g_s[2][RQ];
     __local int g_hi[2][RQ];
+#if BRANCH == 1
+    __local int ent_s[2][RQ]; /* list entries of chunk c+2 in slot c & 1 */
+#endif
     const int warp = get_local_id(0) / WARP, lane = lane_id(), gq = lane >> 2, tq = lane & 3;
     __local uint *ws = wscr + warp * WARP_SCRATCH;
     const int h = get_group_id(1), b = get_group_id(2), H = get_num_groups(1);
@@ -241,25 +260,35 @@ __kernel __attribute__((reqd_work_group_size(NW * WARP, 1, 1))) void nsa_bwd_dkd
     for (int i = 0; i < DV / 2; ++i) dva[i] = 0.0f;
 
     /* this split's rows: whole chunks of RQ, staged two deep: while the
-     * warps compute chunk c, chunk c+1's rows are on their way (cp.async)
-     * and work-items 0 .. RQ-1 load its per-row values and chunk c+2's
-     * tokens (the list lookup the row copies wait on) */
+     * warps compute chunk c, chunk c+1's rows and per-row values are on
+     * their way (cp.async), and work-items 0 .. RQ-1 work out chunk c+2's
+     * tokens (which the row copies wait on) and kept-dS places, from list
+     * entries copied the chunk before (BRANCH 1) */
     const int nrows = dkdv_rows(kt), per = (nrows + RQ * NSPLIT - 1) / (RQ * NSPLIT) * RQ;
     const int r_begin = split * per, nchunks = ceil_div(max(0, min(nrows, r_begin + per) - r_begin), RQ);
     const int lid = get_local_id(0);
-    if (lid < RQ) {
-        tok_s[0][lid] = dkdv_row_token(kt, r_begin + lid, lst);
-        tok_s[1][lid] = dkdv_row_token(kt, r_begin + RQ + lid, lst);
+    if (lid < RQ)
+        for (int i = 0; i < 2; ++i) {
+            const int rr = r_begin + i * RQ + lid;
+            tok_s[i][lid] = dkdv_row_token(kt, rr, lst);
 #if DS_KEEP
-        ds_place_put(ds_row(kt, r_begin + lid, lst, b, h, H, T), lid, dsat_s[0], dslim_s[0]);
-        ds_place_put(ds_row(kt, r_begin + RQ + lid, lst, b, h, H, T), lid, dsat_s[1], dslim_s[1]);
+#if BRANCH == 1
+            const int slot = dkdv_row_slot(kt, rr, lst);
+#else
+            const int slot = 0;
 #endif
-    }
+            ds_place_put(ds_row(rr, tok_s[i][lid], slot, b, h, H, T), lid, dsat_s[i], dslim_s[i]);
+#endif
+        }
     barrier(CLK_LOCAL_MEM_FENCE);
     if (nchunks > 0) {
-        if (lid < RQ)
+        if (lid < RQ) {
             fetch_row_values(r_begin + lid, tok_s[0][lid], lid, b, h, gate, g_off, g_st, lse, l_off, l_st, dlt, x_off,
                              x_st, lse_s[0], d_s[0], g_s[0], g_hi[0]);
+#if BRANCH == 1
+            fetch_entries(kt, r_begin + 2 * RQ, lst, ent_s[0]);
+#endif
+        }
         fetch_query_rows(r_begin, b, h, tok_s[0], q, q_off, q_st, dout, do_off, do_st, (__local store_t *)q_raw[0],
                          (__local store_t *)do_raw[0]);
         copy_async_wait();
@@ -273,9 +302,18 @@ __kernel __attribute__((reqd_work_group_size(NW * WARP, 1, 1))) void nsa_bwd_dkd
         ds_place ds2 = {-1, 0};
 #endif
         if (lid < RQ) {
-            tok2 = dkdv_row_token(kt, r0 + 2 * RQ + lid, lst);
+            const int rr = r0 + 2 * RQ + lid;
+#if BRANCH == 1
+            const int e = ent_s[cur][lid]; /* chunk c+2's entries, slot (c+2) & 1 */
+            tok2 = dkdv_entry_token(kt, rr, e);
 #if DS_KEEP
-            ds2 = ds_row(kt, r0 + 2 * RQ + lid, lst, b, h, H, T);
+            ds2 = ds_row(rr, tok2, dkdv_entry_slot(e), b, h, H, T);
+#endif
+#else
+            tok2 = dkdv_row_token(kt, rr, lst);
+#if DS_KEEP
+            ds2 = ds_row(rr, tok2, 0, b, h, H, T);
+#endif
 #endif
         }
         __local const store_t *qs = (__local const store_t *)q_raw[cur], *dos = (__local const store_t *)do_raw[cur];
@@ -291,9 +329,13 @@ __kernel __attribute__((reqd_work_group_size(NW * WARP, 1, 1))) void nsa_bwd_dkd
          * pass 28.0 -> 26.5 ms at 64k on the H100 when moved), probably
          * because the products waited behind their address arithmetic */
         if (c + 1 < nchunks) {
-            if (lid < RQ)
+            if (lid < RQ) {
                 fetch_row_values(r0 + RQ + lid, tok_s[tn][lid], lid, b, h, gate, g_off, g_st, lse, l_off, l_st, dlt,
                                  x_off, x_st, lse_s[cur ^ 1], d_s[cur ^ 1], g_s[cur ^ 1], g_hi[cur ^ 1]);
+#if BRANCH == 1
+                fetch_entries(kt, r0 + 3 * RQ, lst, ent_s[cur ^ 1]); /* chunk c+3's */
+#endif
+            }
             fetch_query_rows(r0 + RQ, b, h, tok_s[tn], q, q_off, q_st, dout, do_off, do_st,
                              (__local store_t *)q_raw[cur ^ 1], (__local store_t *)do_raw[cur ^ 1]);
         }

@@ -186,27 +186,44 @@ inline dkdv_tile dkdv_tile_of(int x, int b, int h, int H, int T, int nrows_k, __
 /* The tile's query rows: (q_hi - q_lo) tokens of G heads each. */
 inline int dkdv_rows(dkdv_tile kt) { return (kt.q_hi - kt.q_lo) * G; }
 
-/* The token of query row rr (-1 past the tile's rows); BRANCH 1: its
- * list entry is token * S + slot (nsa_select_index.cl). */
-inline int dkdv_row_token(dkdv_tile kt, int rr, __global const int *lst)
+#if BRANCH == 1
+/* Where query row rr's list entry lies in lst (token * S + slot,
+ * nsa_select_index.cl), for rows of the tile. */
+inline idx_t dkdv_entry_at(dkdv_tile kt, int rr) { return kt.lrow + kt.q_lo + rr / G; }
+
+/* The slot of the token that selected the tile's block, from its entry. */
+inline int dkdv_entry_slot(int e) { return rem_of(e, e / S, S); }
+#endif
+
+/* The token of query row rr (-1 past the tile's rows); BRANCH 1: from its
+ * list entry e (dkdv_entry_at), else e is not used. */
+inline int dkdv_entry_token(dkdv_tile kt, int rr, int e)
 {
     if (rr >= dkdv_rows(kt)) return -1;
 #if BRANCH == 1
-    return lst[kt.lrow + kt.q_lo + rr / G] / S;
+    return e / S;
 #else
-    (void)lst;
+    (void)e;
     return kt.q_lo + rr / G;
 #endif
 }
 
+/* The token of query row rr (-1 past the tile's rows), and (BRANCH 1) the
+ * slot of it that selected the tile's block (0 past the rows). */
+inline int dkdv_row_token(dkdv_tile kt, int rr, __global const int *lst)
+{
 #if BRANCH == 1
-/* The slot of row rr's token that selected the tile's block (0 past the
- * tile's rows). */
+    return dkdv_entry_token(kt, rr, rr < dkdv_rows(kt) ? lst[dkdv_entry_at(kt, rr)] : 0);
+#else
+    (void)lst;
+    return dkdv_entry_token(kt, rr, 0);
+#endif
+}
+
+#if BRANCH == 1
 inline int dkdv_row_slot(dkdv_tile kt, int rr, __global const int *lst)
 {
-    if (rr >= dkdv_rows(kt)) return 0;
-    const int e = lst[kt.lrow + kt.q_lo + rr / G];
-    return rem_of(e, e / S, S);
+    return rr < dkdv_rows(kt) ? dkdv_entry_slot(lst[dkdv_entry_at(kt, rr)]) : 0;
 }
 #endif
 

@@ -139,13 +139,14 @@ static size_t dq_warp_bytes(const int *v, const tune_problem *pb)
 /* The dk/dv warp kernel stages chunks of KC query rows two deep: Q and dO
  * (rows of a multiple of 64 elements unpadded and swizzled, others padded
  * by 8: QPAD, DPAD), four per-row words (lse, D, the gate's word and which
- * half of it), and the tokens three deep, as
- * well as their rows of the kept dS (DS_KEEP; counted always). */
+ * half of it) and the selected branch's list entries (counted always);
+ * and the tokens three deep, as well as their rows of the kept dS
+ * (DS_KEEP; counted always). */
 static size_t dkdv_warp_bytes(const int *v, const tune_problem *pb)
 {
     const size_t kc = (size_t)v[1], qrow = (size_t)pb->dk + (pb->dk % 64 ? 8u : 0u),
                  drow = (size_t)pb->dv + (pb->dv % 64 ? 8u : 0u);
-    return (size_t)(v[0] / 32) * warp_scratch_bytes(pb) + 2u * kc * (warp_elem_bytes(pb) * (qrow + drow) + 16u) +
+    return (size_t)(v[0] / 32) * warp_scratch_bytes(pb) + 2u * kc * (warp_elem_bytes(pb) * (qrow + drow) + 16u + 4u) +
            3u * kc * (4u + 8u + 4u); /* a chunk's tokens and kept-dS places, three deep */
 }
 

@@ -151,7 +151,7 @@ __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void nsa_bwd_dkdv(DKDV_
     for (int r0 = split * per; r0 < r_end; r0 += RQ) {
         barrier(CLK_LOCAL_MEM_FENCE);
         for (int r = lid; r < RQ; r += WG) {
-            const int rr = r0 + r, tok = dkdv_row_token(kt, rr, lst);
+            const int rr = r0 + r, e = dkdv_row_entry(kt, rr, lst), tok = dkdv_entry_token(kt, rr, e);
             row_tok[r] = tok;
             const int hq = h * G + (rr % G);
             row_lse[r] = tok >= 0 ? lse[at4(l_off, l_st, b, tok, hq, 0)] : -INFINITY;
@@ -160,7 +160,7 @@ __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void nsa_bwd_dkdv(DKDV_
             row_q[r] = tok >= 0 ? at4(q_off, q_st, b, tok, hq, 0) : -1;
             row_do[r] = tok >= 0 ? at4(do_off, do_st, b, tok, hq, 0) : -1;
 #if DS_KEEP
-            row_ds[r] = tok >= 0 ? ds0 + ds_slot_region(b, tok, h, H, T, dkdv_row_slot(kt, rr, lst)) : -1;
+            row_ds[r] = tok >= 0 ? ds0 + ds_slot_region(b, tok, h, H, T, dkdv_entry_slot(e)) : -1;
 #endif
         }
         barrier(CLK_LOCAL_MEM_FENCE);

@@ -269,15 +269,10 @@ __kernel __attribute__((reqd_work_group_size(NW * WARP, 1, 1))) void nsa_bwd_dkd
     const int lid = get_local_id(0);
     if (lid < RQ)
         for (int i = 0; i < 2; ++i) {
-            const int rr = r_begin + i * RQ + lid;
-            tok_s[i][lid] = dkdv_row_token(kt, rr, lst);
+            const int rr = r_begin + i * RQ + lid, e = dkdv_row_entry(kt, rr, lst);
+            tok_s[i][lid] = dkdv_entry_token(kt, rr, e);
 #if DS_KEEP
-#if BRANCH == 1
-            const int slot = dkdv_row_slot(kt, rr, lst);
-#else
-            const int slot = 0;
-#endif
-            ds_place_put(ds_row(rr, tok_s[i][lid], slot, b, h, H, T), lid, dsat_s[i], dslim_s[i]);
+            ds_place_put(ds_row(rr, tok_s[i][lid], dkdv_entry_slot(e), b, h, H, T), lid, dsat_s[i], dslim_s[i]);
 #endif
         }
     barrier(CLK_LOCAL_MEM_FENCE);
@@ -305,15 +300,12 @@ __kernel __attribute__((reqd_work_group_size(NW * WARP, 1, 1))) void nsa_bwd_dkd
             const int rr = r0 + 2 * RQ + lid;
 #if BRANCH == 1
             const int e = ent_s[cur][lid]; /* chunk c+2's entries, slot (c+2) & 1 */
+#else
+            const int e = 0; /* no list */
+#endif
             tok2 = dkdv_entry_token(kt, rr, e);
 #if DS_KEEP
             ds2 = ds_row(rr, tok2, dkdv_entry_slot(e), b, h, H, T);
-#endif
-#else
-            tok2 = dkdv_row_token(kt, rr, lst);
-#if DS_KEEP
-            ds2 = ds_row(rr, tok2, 0, b, h, H, T);
-#endif
 #endif
         }
         __local const store_t *qs = (__local const store_t *)q_raw[cur], *dos = (__local const store_t *)do_raw[cur];

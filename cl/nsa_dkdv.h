@@ -190,13 +190,34 @@ inline int dkdv_rows(dkdv_tile kt) { return (kt.q_hi - kt.q_lo) * G; }
 /* Where query row rr's list entry lies in lst (token * S + slot,
  * nsa_select_index.cl), for rows of the tile. */
 inline idx_t dkdv_entry_at(dkdv_tile kt, int rr) { return kt.lrow + kt.q_lo + rr / G; }
-
-/* The slot of the token that selected the tile's block, from its entry. */
-inline int dkdv_entry_slot(int e) { return rem_of(e, e / S, S); }
 #endif
 
+/* Query row rr's list entry (BRANCH 1; 0 past the tile's rows), read once
+ * for its token and slot below; 0 for the branches without a list. */
+inline int dkdv_row_entry(dkdv_tile kt, int rr, __global const int *lst)
+{
+#if BRANCH == 1
+    return rr < dkdv_rows(kt) ? lst[dkdv_entry_at(kt, rr)] : 0;
+#else
+    (void)kt; (void)rr; (void)lst;
+    return 0;
+#endif
+}
+
+/* The slot of the token that selected the tile's block, from its entry
+ * (BRANCH 1; 0 for the others). */
+inline int dkdv_entry_slot(int e)
+{
+#if BRANCH == 1
+    return rem_of(e, e / S, S);
+#else
+    (void)e;
+    return 0;
+#endif
+}
+
 /* The token of query row rr (-1 past the tile's rows); BRANCH 1: from its
- * list entry e (dkdv_entry_at), else e is not used. */
+ * list entry e (dkdv_row_entry), else e is not used. */
 inline int dkdv_entry_token(dkdv_tile kt, int rr, int e)
 {
     if (rr >= dkdv_rows(kt)) return -1;
@@ -207,25 +228,6 @@ inline int dkdv_entry_token(dkdv_tile kt, int rr, int e)
     return kt.q_lo + rr / G;
 #endif
 }
-
-/* The token of query row rr (-1 past the tile's rows), and (BRANCH 1) the
- * slot of it that selected the tile's block (0 past the rows). */
-inline int dkdv_row_token(dkdv_tile kt, int rr, __global const int *lst)
-{
-#if BRANCH == 1
-    return dkdv_entry_token(kt, rr, rr < dkdv_rows(kt) ? lst[dkdv_entry_at(kt, rr)] : 0);
-#else
-    (void)lst;
-    return dkdv_entry_token(kt, rr, 0);
-#endif
-}
-
-#if BRANCH == 1
-inline int dkdv_row_slot(dkdv_tile kt, int rr, __global const int *lst)
-{
-    return rr < dkdv_rows(kt) ? dkdv_entry_slot(lst[dkdv_entry_at(kt, rr)]) : 0;
-}
-#endif
 
 /* The head (in the group) of query row rr. */
 inline int dkdv_row_head(int rr) { return rem_of(rr, rr / G, G); }

@@ -36,8 +36,49 @@
 #define QPAD (DK % 64 ? DK + 8 : DK)
 #define DPAD (DV % 64 ? DV + 8 : DV)
 
+/* A chunk's query row, as the loop reads it: one 16-byte word in local
+ * memory, so that a lane takes each of its rows with one local read where
+ * the token, lse, D and gate took four (and the gate's half a fifth).
+ * At 64k in the anchor configuration on an H100 (2026-11-27, clock reads
+ * between the phases of a chunk) these reads, waited on one after another
+ * in a pass that holds 255 registers, made the weights' loop (P, dS) the
+ * longest phase of a chunk: 2500 of 7300 cycles.
+ *   x: the row's token (-1: none), bit REC_HI set where its gate is the high
+ *      half of w (a 16-bit gate comes as the aligned word that holds it);
+ *      written by the work-item that works the token out, two chunks ahead;
+ *   y, z, w: its lse (natural log: the product scales it), D and gate
+ *      word, copied asynchronously a chunk ahead (fetch_row_values).
+ * Tokens stay below 2^30. */
+#define REC_HI (1 << 30)
+
+inline int rec_token(int x) { return x < 0 ? -1 : x & ~REC_HI; }
+
+/* Record word x for token tok of query row rr (the gate's half from the
+ * element's place: the buffer starts 4-byte aligned). */
+inline int rec_code(int tok, int rr, int b, int h, idx_t g_off, idx4_t g_st)
+{
+    if (tok < 0) return -1;
+#if STORAGE == 0
+    (void)rr; (void)b; (void)h; (void)g_off; (void)g_st;
+    return tok;
+#else
+    const int odd = (int)(at4(g_off, g_st, b, tok, h * G + dkdv_row_head(rr), 0) & 1);
+    return odd ? tok | REC_HI : tok;
+#endif
+}
+
+/* The gate of a row from its record. */
+inline float rec_gate(uint4 x)
+{
+#if STORAGE == 0
+    return as_float(x.w);
+#else
+    return word_elem(x.w, ((int)x.x & REC_HI) != 0);
+#endif
+}
+
 /* Starts copying the Q and dO rows of the chunk of query rows from r0
- * (row r of token tok[r], -1: zeros) into qs and dos; asynchronous on
+ * (row r of the token in rec[r], -1: zeros) into qs and dos; asynchronous on
  * NVIDIA (copy_chunk_async). All work-items call it: RPT work-items per
  * row, each copying every RPT-th 16-byte piece of its row's Q and dO, so
  * that the token lookup and the row addresses are worked out once per row
@@ -47,12 +88,12 @@
 #if RPT * RQ != NW * WARP
 #error "the row fetch needs the work-group size to be a multiple of the chunk's rows"
 #endif
-inline void fetch_query_rows(int r0, int b, int h, __local const int *tok, __global const store_t *q, idx_t q_off,
+inline void fetch_query_rows(int r0, int b, int h, __local const uint4 *rec, __global const store_t *q, idx_t q_off,
                              idx4_t q_st, __global const store_t *dout, idx_t do_off, idx4_t do_st, __local store_t *qs,
                              __local store_t *dos)
 {
     const int r = get_local_id(0) / RPT, part = rem_of(get_local_id(0), r, RPT);
-    const int t = tok[r], hq = h * G + dkdv_row_head(r0 + r);
+    const int t = rec_token((int)rec[r].x), hq = h * G + dkdv_row_head(r0 + r);
     __global const store_t *qrow = q + at4(q_off, q_st, b, max(t, 0), hq, 0);
     __global const store_t *drow = dout + at4(do_off, do_st, b, max(t, 0), hq, 0);
     for (int c = 8 * part; c < DK; c += 8 * RPT)
@@ -62,46 +103,30 @@ inline void fetch_query_rows(int r0, int b, int h, __local const int *tok, __glo
     copy_async_commit();
 }
 
-/* Work-item r < RQ's part of staging a chunk: query row rr's lse, D and
- * gate, copied asynchronously with the chunk's rows (zeros for no token).
- * Loaded into registers a chunk ahead and stored at its end, as they were,
- * they held the pass up: at 64k in the anchor configuration on an H100
+/* Work-item r < RQ's part of staging a chunk: the lse, D and gate of
+ * query row rr (record word x, from the chunk before) into its record,
+ * copied asynchronously with the chunk's rows (zeros for no token). Loaded
+ * into registers a chunk ahead and stored at its end, as they were, they
+ * held the pass up: at 64k in the anchor configuration on an H100
  * (2026-11-27) the copies took the selected pass from 28.6-28.8 to
- * 26.4-26.7 ms, the dk/dv passes in all from 45.4-45.7 to 42.9-43.2. cp.async
- * copies whole aligned words, so a 16-bit gate comes in one and g_hi says
- * which half (row_gate). The lse stays in natural-log units (the product
- * scales it). */
-inline void fetch_row_values(int rr, int tok, int r, int b, int h, __global const store_t *gate, idx_t g_off,
-                             idx4_t g_st, __global const float *lse, idx_t l_off, idx4_t l_st,
-                             __global const float *dlt, idx_t x_off, idx4_t x_st, __local float *lse_s,
-                             __local float *d_s, __local uint *g_s, __local int *g_hi)
+ * 26.4-26.7 ms, the dk/dv passes in all from 45.4-45.7 to 42.9-43.2. */
+inline void fetch_row_values(int rr, int x, int b, int h, __global const store_t *gate, idx_t g_off, idx4_t g_st,
+                             __global const float *lse, idx_t l_off, idx4_t l_st, __global const float *dlt,
+                             idx_t x_off, idx4_t x_st, __local uint4 *rec)
 {
-    const int hq = h * G + dkdv_row_head(rr), t = max(tok, 0);
-    copy4_async(lse_s + r, lse + at4(l_off, l_st, b, t, hq, 0), tok >= 0);
-    copy4_async(d_s + r, dlt + at4(x_off, x_st, b, t, hq, 0), tok >= 0);
+    const int tok = rec_token(x), hq = h * G + dkdv_row_head(rr), t = max(tok, 0);
+    __local uint *w = (__local uint *)rec;
+    copy4_async(w + 1, lse + at4(l_off, l_st, b, t, hq, 0), tok >= 0);
+    copy4_async(w + 2, dlt + at4(x_off, x_st, b, t, hq, 0), tok >= 0);
     const idx_t gi = at4(g_off, g_st, b, t, hq, 0);
 #if STORAGE == 0
-    (void)g_hi;
-    copy4_async(g_s + r, gate + gi, tok >= 0);
+    copy4_async(w + 3, gate + gi, tok >= 0);
 #else
-    /* the buffer starts 4-byte aligned: an odd element is the high half of
-     * the word before it, an even one the low half of its own (copied
-     * alone: the next may lie past the buffer) */
-    const int odd = (int)(gi & 1);
-    if (odd) copy4_async(g_s + r, gate + gi - 1, tok >= 0);
-    else copy2_async(g_s + r, gate + gi, tok >= 0);
-    g_hi[r] = odd;
-#endif
-}
-
-/* The gate of row r, as fetch_row_values left it. */
-inline float row_gate(__local const uint *g_s, __local const int *g_hi, int r)
-{
-#if STORAGE == 0
-    (void)g_hi;
-    return as_float(g_s[r]);
-#else
-    return word_elem(g_s[r], g_hi[r]);
+    /* an odd element is the high half of the word before it, an even one
+     * the low half of its own, copied alone (the next may lie past the
+     * buffer) */
+    if (x & REC_HI) copy4_async(w + 3, gate + gi - 1, tok >= 0);
+    else copy2_async(w + 3, gate + gi, tok >= 0);
 #endif
 }
 
@@ -213,14 +238,11 @@ __kernel __attribute__((reqd_work_group_size(NW * WARP, 1, 1))) void nsa_bwd_dkd
     /* read and written in chunks of 8 elements: word4_t arrays for the alignment
      * (f16 arrays would need cl_khr_fp16 anyway) */
     __local word4_t q_raw[2][RQ * QPAD / 8], do_raw[2][RQ * DPAD / 8];
-    __local int tok_s[3][RQ];
+    __local uint4 rec_s[3][RQ]; /* chunk c's records in slot tc, c+1's in tn, c+2's in tf (below) */
 #if DS_KEEP
     __local int dsat_s[3][RQ], dslim_s[3][RQ]; /* dslim_s: BRANCH 0's */
     ds += ds0;
 #endif
-    __local float lse_s[2][RQ], d_s[2][RQ];
-    __local uint g_s[2][RQ];
-    __local int g_hi[2][RQ];
 #if BRANCH == 1
     __local int ent_s[2][RQ]; /* list entries of chunk c+2 in slot c & 1 */
 #endif
@@ -270,29 +292,30 @@ __kernel __attribute__((reqd_work_group_size(NW * WARP, 1, 1))) void nsa_bwd_dkd
     if (lid < RQ)
         for (int i = 0; i < 2; ++i) {
             const int rr = r_begin + i * RQ + lid, e = dkdv_row_entry(kt, rr, lst);
-            tok_s[i][lid] = dkdv_entry_token(kt, rr, e);
+            const int tok = dkdv_entry_token(kt, rr, e);
+            rec_s[i][lid].x = (uint)rec_code(tok, rr, b, h, g_off, g_st);
 #if DS_KEEP
-            ds_place_put(ds_row(rr, tok_s[i][lid], dkdv_entry_slot(e), b, h, H, T), lid, dsat_s[i], dslim_s[i]);
+            ds_place_put(ds_row(rr, tok, dkdv_entry_slot(e), b, h, H, T), lid, dsat_s[i], dslim_s[i]);
 #endif
         }
     barrier(CLK_LOCAL_MEM_FENCE);
     if (nchunks > 0) {
         if (lid < RQ) {
-            fetch_row_values(r_begin + lid, tok_s[0][lid], lid, b, h, gate, g_off, g_st, lse, l_off, l_st, dlt, x_off,
-                             x_st, lse_s[0], d_s[0], g_s[0], g_hi[0]);
+            fetch_row_values(r_begin + lid, (int)rec_s[0][lid].x, b, h, gate, g_off, g_st, lse, l_off, l_st, dlt, x_off,
+                             x_st, rec_s[0] + lid);
 #if BRANCH == 1
             fetch_entries(kt, r_begin + 2 * RQ, lst, ent_s[0]);
 #endif
         }
-        fetch_query_rows(r_begin, b, h, tok_s[0], q, q_off, q_st, dout, do_off, do_st, (__local store_t *)q_raw[0],
+        fetch_query_rows(r_begin, b, h, rec_s[0], q, q_off, q_st, dout, do_off, do_st, (__local store_t *)q_raw[0],
                          (__local store_t *)do_raw[0]);
         copy_async_wait();
     }
     barrier(CLK_LOCAL_MEM_FENCE);
-    int tc = 0, tn = 1, tf = 2; /* tok_s of chunks c, c+1, c+2 */
+    int tc = 0, tn = 1, tf = 2; /* rec_s of chunks c, c+1, c+2 */
     for (int c = 0; c < nchunks; ++c) {
         const int r0 = r_begin + c * RQ, cur = c & 1;
-        int tok2 = -1;
+        int code2 = -1;
 #if DS_KEEP
         ds_place ds2 = {-1, 0};
 #endif
@@ -303,16 +326,14 @@ __kernel __attribute__((reqd_work_group_size(NW * WARP, 1, 1))) void nsa_bwd_dkd
 #else
             const int e = 0; /* no list */
 #endif
-            tok2 = dkdv_entry_token(kt, rr, e);
+            const int tok2 = dkdv_entry_token(kt, rr, e);
+            code2 = rec_code(tok2, rr, b, h, g_off, g_st);
 #if DS_KEEP
             ds2 = ds_row(rr, tok2, dkdv_entry_slot(e), b, h, H, T);
 #endif
         }
         __local const store_t *qs = (__local const store_t *)q_raw[cur], *dos = (__local const store_t *)do_raw[cur];
-        __local const int *tok_r = tok_s[tc];
-        __local const float *lse_r = lse_s[cur], *d_r = d_s[cur];
-        __local const uint *g_r = g_s[cur];
-        __local const int *gh_r = g_hi[cur];
+        __local const uint4 *rec_r = rec_s[tc];
         float s[KC / 2], dp[KC / 2];
         lds_products(s, ka, qs, QPAD, 0, KC, DK, ws);
         lds_products(dp, va, dos, DPAD, 0, KC, DV, ws);
@@ -322,22 +343,24 @@ __kernel __attribute__((reqd_work_group_size(NW * WARP, 1, 1))) void nsa_bwd_dkd
          * because the products waited behind their address arithmetic */
         if (c + 1 < nchunks) {
             if (lid < RQ) {
-                fetch_row_values(r0 + RQ + lid, tok_s[tn][lid], lid, b, h, gate, g_off, g_st, lse, l_off, l_st, dlt,
-                                 x_off, x_st, lse_s[cur ^ 1], d_s[cur ^ 1], g_s[cur ^ 1], g_hi[cur ^ 1]);
+                fetch_row_values(r0 + RQ + lid, (int)rec_s[tn][lid].x, b, h, gate, g_off, g_st, lse, l_off, l_st, dlt,
+                                 x_off, x_st, rec_s[tn] + lid);
 #if BRANCH == 1
                 fetch_entries(kt, r0 + 3 * RQ, lst, ent_s[cur ^ 1]); /* chunk c+3's */
 #endif
             }
-            fetch_query_rows(r0 + RQ, b, h, tok_s[tn], q, q_off, q_st, dout, do_off, do_st,
+            fetch_query_rows(r0 + RQ, b, h, rec_s[tn], q, q_off, q_st, dout, do_off, do_st,
                              (__local store_t *)q_raw[cur ^ 1], (__local store_t *)do_raw[cur ^ 1]);
         }
 #pragma unroll
         for (int i = 0; i < KC / 2; ++i) {
             const int r = 8 * (i >> 2) + 2 * tq + (i & 1), hr = (i >> 1) & 1; /* query row, key row */
-            const int tok = tok_r[r];
-            const bool on = kv[hr] && tok >= 0 && lse_r[r] != -INFINITY && sees(tok, key[hr].x, key[hr].y, key[hr].z);
-            const float p = on ? exp2(s[i] * sl2 - lse_r[r] * LOG2E) : 0.0f, g = row_gate(g_r, gh_r, r);
-            s[i] = p * (g * dp[i] - d_r[r]); /* dS^T */
+            const uint4 x = rec_r[r];
+            const int tok = rec_token((int)x.x);
+            const float lse_r = as_float(x.y), g = rec_gate(x);
+            const bool on = kv[hr] && tok >= 0 && lse_r != -INFINITY && sees(tok, key[hr].x, key[hr].y, key[hr].z);
+            const float p = on ? exp2(s[i] * sl2 - lse_r * LOG2E) : 0.0f;
+            s[i] = p * (g * dp[i] - as_float(x.z)); /* dS^T */
             dp[i] = g * p;                   /* g P^T */
         }
         lds_accumulate_trans(dva, dp, dos, DPAD, DV, ws);
@@ -354,7 +377,7 @@ __kernel __attribute__((reqd_work_group_size(NW * WARP, 1, 1))) void nsa_bwd_dkd
 #endif
 
         if (lid < RQ) {
-            tok_s[tf][lid] = tok2;
+            rec_s[tf][lid].x = (uint)code2;
 #if DS_KEEP
             ds_place_put(ds2, lid, dsat_s[tf], dslim_s[tf]);
 #endif

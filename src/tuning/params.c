@@ -146,10 +146,9 @@ static size_t dkdv_warp_bytes(const int *v, const tune_problem *pb)
 {
     const size_t kc = (size_t)v[1], qrow = (size_t)pb->dk + (pb->dk % 64 ? 8u : 0u),
                  drow = (size_t)pb->dv + (pb->dv % 64 ? 8u : 0u);
-    const size_t row_words = 4u * sizeof(cl_uint), entry = sizeof(cl_int);
-    return (size_t)(v[0] / 32) * warp_scratch_bytes(pb) +
-           2u * kc * (warp_elem_bytes(pb) * (qrow + drow) + row_words + entry) +
-           3u * kc * (4u + 8u + 4u); /* a chunk's tokens and kept-dS places, three deep */
+    const size_t entry = sizeof(cl_int), record = 4u * sizeof(cl_uint), ds_place = 2u * sizeof(cl_int);
+    return (size_t)(v[0] / 32) * warp_scratch_bytes(pb) + 2u * kc * (warp_elem_bytes(pb) * (qrow + drow) + entry) +
+           3u * kc * (record + ds_place); /* a chunk's row records and kept-dS places, three deep */
 }
 
 static size_t topk_warp_bytes(const int *v, const tune_problem *pb)

@@ -48,7 +48,7 @@
  *      written by the work-item that works the token out, two chunks ahead;
  *   y, z, w: its lse (natural log: the product scales it), D and gate
  *      word, copied asynchronously a chunk ahead (fetch_row_values).
- * Tokens stay below 2^30. */
+ * Tokens stay below 2^30 (the host takes T <= 2^30: nsa_args.c). */
 #define REC_HI (1 << 30)
 
 inline int rec_token(int x) { return x < 0 ? -1 : x & ~REC_HI; }

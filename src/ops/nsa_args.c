@@ -85,7 +85,7 @@ static clnsa_status check_qkv(clnsa_context *ctx, const clnsa_nsa_inputs *in, ns
     pb->DK = (int)in->q.shape[3];
     if (in->q.shape[0] < 1 || in->q.shape[1] < 1 || in->q.shape[2] < 1 || in->q.shape[1] > (1 << 30) ||
         in->q.shape[0] > 65535 || in->q.shape[2] > 65535)
-        return cx_fail(ctx, CLNSA_ERROR_SHAPE_MISMATCH, "q: expected B, T, HQ >= 1 (B, HQ <= 65535), got [%lld, %lld, %lld, %lld]",
+        return cx_fail(ctx, CLNSA_ERROR_SHAPE_MISMATCH, "q: expected B, T, HQ >= 1 (B, HQ <= 65535, T <= 2^30), got [%lld, %lld, %lld, %lld]",
                        (long long)in->q.shape[0], (long long)in->q.shape[1], (long long)in->q.shape[2], (long long)in->q.shape[3]);
     CHECK(check_head_dims(ctx, "q (DK)", in->q.shape[3]));
     CHECK(tensor_check(ctx, &in->k, &(tensor_spec){"k", pb->dtype, 4, {pb->B, pb->T, -1, pb->DK}, false}));

@@ -69,9 +69,10 @@ static const nsa_case warp_cases[] = {
     {"warp TF32 G=32 dS kept key-major", 1, 30, 32, 1, 16, 16, NULL, 0, 16, 2, 8, 8, 0, 1, 2, true, true, false, false, false, false, false, false, F32, true},
     /* the compressed branch alone: its forward stages V and runs whole chunks unguarded, no top-k */
     {"warp compressed only", 1, 71, 16, 1, 32, 32, NULL, 0, 16, 2, 16, 16, 0, 1, 2, true, false, false, false, false, false, false, false, BF16, false},
-    /* 75 compressed keys a late token: the compressed branch over several chunks (online softmax,
-     * whole chunks then a partial one) and the top-k's pass 2 over several windows of JB blocks;
-     * the other cases see at most 12 */
+    /* 75 compressed keys a late token, in the forward that runs the top-k: its compressed branch
+     * over several chunks (whole ones, then a partial one) and the top-k's pass 2 over several
+     * windows of JB blocks; the fused forwards of the other cases see at most 12 (the S=40 case's
+     * 50 run the top-k as its own kernel) */
     {"warp long compressed", 1, 600, 16, 1, 16, 16, NULL, 0, 8, 8, 8, 8, 0, 1, 2, true, true, false, false, false, false, false, false, BF16, false},
     /* small enough for Oclgrind (.ci/matrix.sh): every warp kernel, the split and heavy passes */
     {"warp tiny", 1, 20, 16, 1, 16, 16, NULL, 0, 16, 2, 8, 8, 8, 1, 2, true, true, true, false, false, false, false, false, BF16, false},

@@ -20,12 +20,17 @@
  * rows aligned for vector stores), SAVE_VEC (likewise the saved branch
  * outputs'), FUSED_TOPK (then nsa_topk_warp.h and its JB, PC_MAX,
  * INIT_BLOCKS, LOCAL_BLOCKS), V_EARLY or V_STAGE (how V is read, with
- * ACC_TRANS for V_STAGE: warp_attn.h), WHOLE_SLC and WHOLE_CMP_SWA (the
- * branches whose whole chunks run unguarded: warp_attn.h's
- * warp_attend_range).
+ * ACC_TRANS for V_STAGE: warp_attn.h), CMP_TILE (with V_STAGE, without
+ * FUSED_TOPK: the compressed rows staged once for the work-group,
+ * warp_attn.h), WHOLE_SLC and WHOLE_CMP_SWA (the branches whose whole
+ * chunks run unguarded: warp_attn.h's warp_attend_range).
  * NDRange: (32 * NW * ceil(T*NGT / NW), H, B); warp w of group x owns token
  * (x*NW + w) / NGT and head tile (x*NW + w) % NGT.
  */
+
+#if CMP_TILE && !ACC_TRANS
+#error "CMP_TILE reads V through lds_accumulate_trans: build with ACC_TRANS 1"
+#endif
 
 /* Reads the lane's DV/4 values of row `row` (dims from 2t*DV/8). */
 inline void load_row_part(__global const store_t *p, idx_t row, idx_t ds, bool valid, float *x)
@@ -176,16 +181,28 @@ __kernel __attribute__((reqd_work_group_size(NW * WARP, 1, 1))) void nsa_fwd(
     __local sum_word *outs = NULL;
 #endif
 #if V_STAGE
-    __local word4_t vt_raw[NW * KC * VT_RS / 8];
+    /* the warps' V tiles; with CMP_TILE, before them, the work-group's
+     * compressed tile in the same memory */
+    __local word4_t vt_raw[(CMP_TILE && 2 * WG_CHUNK > NW * KC * VT_RS ? 2 * WG_CHUNK : NW * KC * VT_RS) / 8];
     __local store_t *vt = (__local store_t *)vt_raw + warp * KC * VT_RS;
 #else
     __local store_t *vt = NULL;
 #endif
     const int wid = get_group_id(0) * NW + warp, t = wid / NGT, g0 = (wid % NGT) * 16;
-    if (t >= T) return;
     cu += cu0;
     cmp_off += cmp_off0;
     const int h = get_group_id(1), b = get_group_id(2);
+#if CMP_TILE
+    /* The work-group shares a compressed tile when its tokens are all of
+     * one sequence (the same for every work-item; n_wg: what its last
+     * token sees, the most of any); else (a sequence's or T's end) each
+     * warp reads its own rows. */
+    const int t_lo = get_group_id(0) * NW / NGT, t_hi = (get_group_id(0) * NW + NW - 1) / NGT;
+    const seq_info sq_lo = seq_of(cu, nseq, b, t_lo, T), sq_hi = seq_of(cu, nseq, b, min(t_hi, T - 1), T);
+    const bool wg_tile = t_hi < T && sq_lo.id == sq_hi.id && sq_lo.len > 0 && sq_hi.len > 0;
+    const int n_wg = cmp_visible(t_hi - sq_hi.start, true, nc_rows, cmp_row0(cmp_off, sq_hi));
+#endif
+    if (t >= T) return;
     const int ng = min(16, G - g0), hq0 = h * G + g0;
     const seq_info sq = seq_of(cu, nseq, b, t, T);
     const int tl = t - sq.start;
@@ -201,8 +218,14 @@ __kernel __attribute__((reqd_work_group_size(NW * WARP, 1, 1))) void nsa_fwd(
 
 #if HAS_CMP
     warp_reset(m, l, acc);
-    warp_attend_range(qa, m, l, acc, kc + at4(kc_off, kc_st, b, row0, h, 0), kc_st.y,
-                      vc + at4(vc_off, vc_st, b, row0, h, 0), vc_st.y, nvis, sl2, WHOLE_CMP_SWA, vt, ws);
+#if CMP_TILE
+    if (wg_tile)
+        wg_attend_range(qa, m, l, acc, kc + at4(kc_off, kc_st, b, row0, h, 0), kc_st.y,
+                        vc + at4(vc_off, vc_st, b, row0, h, 0), vc_st.y, nvis, n_wg, sl2, (__local store_t *)vt_raw, ws);
+    else
+#endif
+        warp_attend_range(qa, m, l, acc, kc + at4(kc_off, kc_st, b, row0, h, 0), kc_st.y,
+                          vc + at4(vc_off, vc_st, b, row0, h, 0), vc_st.y, nvis, sl2, WHOLE_CMP_SWA, vt, ws);
     DONE(cmp, c, true, !HAS_SLC && !HAS_SWA);
 #endif
 

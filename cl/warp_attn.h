@@ -593,6 +593,78 @@ inline void warp_attend_range(const word_t *qa, float *m, float *l, float *acc, 
     }
 }
 
+/* CMP_TILE (set by the host for the forward that stages V and does not run
+ * the top-k): the warps of a work-group, neighbouring tokens of one
+ * sequence, attend to prefixes of the same compressed rows, so each chunk
+ * of them is copied once into a tile the work-group shares
+ * (wg_attend_range), where each warp read its own rows through L1
+ * (warp_attend_range). KT_RS: the staged K rows' stride (as VT_RS for V);
+ * WG_CHUNK: one staged chunk, KC K rows then KC V rows; the tile holds
+ * two. The copies keep the rows in L1 too (copy16_async's `cached`): the
+ * other work-groups on the compute unit read the same rows. */
+#ifndef CMP_TILE
+#define CMP_TILE 0
+#endif
+#define KT_RS (DK % 64 == 0 ? DK : DK + 8)
+#define WG_CHUNK (KC * (KT_RS + VT_RS))
+
+/* Starts copying keys 0 .. n-1 (0 < n <= KC; zeros after) into the KC
+ * rows at c, every work-item of the work-group taking its part. */
+inline void wg_stage_keys(__local store_t *c, __global const store_t *k, idx_t k_rs, int n)
+{
+    stage_rows_by(c, KT_RS, KC, DK, k, k_rs, n, get_local_id(0), NW * WARP, true);
+}
+
+/* The same for a chunk of keys and values (K rows, then V rows). */
+inline void wg_stage_chunk(__local store_t *c, __global const store_t *k, idx_t k_rs, __global const store_t *v,
+                           idx_t v_rs, int n)
+{
+    wg_stage_keys(c, k, k_rs, n);
+    stage_rows_by(c + KC * KT_RS, VT_RS, KC, DV, v, v_rs, n, get_local_id(0), NW * WARP, true);
+}
+
+/* The work-group's copies so far are in, and every warp is done with the
+ * chunk it read before. */
+inline void wg_chunk_done(void)
+{
+    copy_async_wait();
+    barrier(CLK_LOCAL_MEM_FENCE);
+}
+
+/* warp_attend_chunk on a staged chunk c, of which the warp sees the first
+ * n keys (n >= 1; more than KC: all). */
+inline void lds_attend_chunk(const word_t *qa, float *m, float *l, float *acc, __local const store_t *c, int n,
+                             float scale_log2, __local uint *ws)
+{
+    float s[KC / 2], mx[2], alpha[2];
+    lds_products(s, qa, c, KT_RS, 0, KC, DK, ws);
+    warp_mask(s, scale_log2, n, mx);
+    if (warp_softmax(s, mx, m, l, alpha, ws)) {
+#pragma unroll
+        for (int i = 0; i < ACC_N; ++i) acc[i] *= alpha[(i >> 1) & 1];
+    }
+    lds_accumulate_trans(acc, s, c + KC * KT_RS, VT_RS, DV, ws);
+}
+
+/* warp_attend_range for the whole work-group (every work-item calls it,
+ * with the same n_wg): the warp attends to the first n of the n_wg keys
+ * from k / v (n <= n_wg), which are staged a chunk at a time in the two
+ * chunks at tile, the next one copied while the warps compute this one. */
+inline void wg_attend_range(const word_t *qa, float *m, float *l, float *acc, __global const store_t *k, idx_t k_rs,
+                            __global const store_t *v, idx_t v_rs, int n, int n_wg, float scale_log2,
+                            __local store_t *tile, __local uint *ws)
+{
+    if (n_wg > 0) wg_stage_chunk(tile, k, k_rs, v, v_rs, min(KC, n_wg));
+    wg_chunk_done();
+    for (int c0 = 0, cb = 0; c0 < n_wg; c0 += KC, cb ^= 1) {
+        if (c0 + KC < n_wg)
+            wg_stage_chunk(tile + (cb ^ 1) * WG_CHUNK, k + (idx_t)(c0 + KC) * k_rs, k_rs, v + (idx_t)(c0 + KC) * v_rs,
+                           v_rs, min(KC, n_wg - c0 - KC));
+        if (c0 < n) lds_attend_chunk(qa, m, l, acc, tile + cb * WG_CHUNK, n - c0, scale_log2, ws);
+        wg_chunk_done();
+    }
+}
+
 /* The whole row's sum of probabilities (from the lanes' parts) and lse
  * (natural log; -inf for a row that saw nothing). */
 inline void warp_finish(const float *m, float *l, float *lse, __local uint *ws)

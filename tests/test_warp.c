@@ -42,6 +42,7 @@ static int teardown(void **state)
 #define F16 CLNSA_DTYPE_F16
 #define F32 CLNSA_DTYPE_F32
 static const int cu_w[] = {0, 7, 7, 60, 100};
+static const int cu_long[] = {0, 37, 37, 330, 400};
 
 /* name, B, T, HQ, H, DK, DV, cu, N, bs, S, l, d, w, init, local, cmp, slc, swa, given_idx, counts,
  * given_cmp, linear, pe, dtype, tf32 */
@@ -69,11 +70,19 @@ static const nsa_case warp_cases[] = {
     {"warp TF32 G=32 dS kept key-major", 1, 30, 32, 1, 16, 16, NULL, 0, 16, 2, 8, 8, 0, 1, 2, true, true, false, false, false, false, false, false, F32, true},
     /* the compressed branch alone: its forward stages V and runs whole chunks unguarded, no top-k */
     {"warp compressed only", 1, 71, 16, 1, 32, 32, NULL, 0, 16, 2, 16, 16, 0, 1, 2, true, false, false, false, false, false, false, false, BF16, false},
+    /* the compressed and window branches: the forward reads the compressed rows from the
+     * work-group's tile (warp_attn.h's CMP_TILE), up to 73 a token, several chunks of them;
+     * on the GPU the work-groups at the sequences' ends read them warp by warp */
+    {"warp compressed and window, long, varlen", 1, 400, 16, 1, 16, 16, cu_long, 4, 8, 2, 4, 4, 16, 1, 2, true, false, true, false, false, false, false, false, BF16, false},
     /* 75 compressed keys a late token, in the forward that runs the top-k: its compressed branch
      * over several chunks (whole ones, then a partial one) and the top-k's pass 2 over several
      * windows of JB blocks; the fused forwards of the other cases see at most 12 (the S=40 case's
      * 50 run the top-k as its own kernel) */
     {"warp long compressed", 1, 600, 16, 1, 16, 16, NULL, 0, 8, 8, 8, 8, 0, 1, 2, true, true, false, false, false, false, false, false, BF16, false},
+    /* G = 20: the top-k as its own kernel (two head tiles), 130 compressed keys and 65 blocks a
+     * late token: several chunks of keys, and of them in a window of JB blocks (two keys a
+     * block), several windows, 3 blocks chosen besides the forced ones */
+    {"warp G=20 long compressed", 1, 520, 20, 1, 16, 16, NULL, 0, 8, 6, 4, 4, 0, 1, 2, true, true, false, false, false, false, false, false, BF16, false},
     /* small enough for Oclgrind (.ci/matrix.sh): every warp kernel, the split and heavy passes */
     {"warp tiny", 1, 20, 16, 1, 16, 16, NULL, 0, 16, 2, 8, 8, 8, 1, 2, true, true, true, false, false, false, false, false, BF16, false},
 };
@@ -112,13 +121,21 @@ static void test_forward(void **state)
     }
     if (ran) assert_true(built("nsa_fwd_warp.cl"));
     if (topk_kernel) assert_true(built("nsa_topk_warp.cl"));
+    /* The compressed rows come from the work-group's tile (warp_attn.h's CMP_TILE, unless
+     * CLNSA_CMP_TILE=0 says not to) in the forward that stages V without running the top-k,
+     * never in the one that runs it. */
+    const char *tile_env = getenv("CLNSA_CMP_TILE");
+    const char *tile = !tile_env || atoi(tile_env) != 0 ? "#define CMP_TILE 1\n" : "#define CMP_TILE 0\n";
     if (fused) /* the forward that runs the top-k itself stages V, whole chunks unguarded in its selected branch */
         assert_true(built("#define FUSED_TOPK 1\n") &&
-                    built("#define V_EARLY 0\n#define V_STAGE 1\n#define ACC_TRANS 1\n#define WHOLE_SLC 1\n#define WHOLE_CMP_SWA 0\n"));
+                    built("#define CMP_TILE 0\n#define V_EARLY 0\n#define V_STAGE 1\n#define ACC_TRANS 1\n#define WHOLE_SLC 1\n"
+                          "#define WHOLE_CMP_SWA 0\n"));
     if (unfused) /* the forward without it loads V with K and runs whole chunks unguarded in every branch */
-        assert_true(built("#define V_EARLY 1\n#define V_STAGE 0\n#define ACC_TRANS 0\n#define WHOLE_SLC 1\n#define WHOLE_CMP_SWA 1\n"));
-    if (unfused_noslc) /* ... but stages V where no selected branch runs */
-        assert_true(built("#define V_EARLY 0\n#define V_STAGE 1\n#define ACC_TRANS 1\n#define WHOLE_SLC 1\n#define WHOLE_CMP_SWA 1\n"));
+        assert_true(built("#define CMP_TILE 0\n#define V_EARLY 1\n#define V_STAGE 0\n#define ACC_TRANS 0\n#define WHOLE_SLC 1\n"
+                          "#define WHOLE_CMP_SWA 1\n"));
+    if (unfused_noslc) /* ... but stages V where no selected branch runs (every such case has the compressed branch) */
+        assert_true(program_built_with(env.ctx, tile, "#define V_EARLY 0\n#define V_STAGE 1\n#define ACC_TRANS 1\n#define WHOLE_SLC 1\n"
+                                       "#define WHOLE_CMP_SWA 1\n", NULL));
 }
 
 /* Mesa (rusticl): the library refuses the emulated backward, whose dk/dv

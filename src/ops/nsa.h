@@ -24,6 +24,10 @@ typedef struct {
     bool fused_topk;
     int topk_jb;
     int64_t topk_pc_max;
+    /* forward: where the warp kernel stages V and does not run the top-k,
+     * its compressed branch reads its rows from a tile the work-group
+     * shares (warp_attn.h's CMP_TILE) */
+    bool cmp_tile;
     /* backward: the selected (ds_keep) and compressed (dsc_keep) dk/dv
      * passes keep dS for dq (DS_KEEP, DSC_KEEP, nsa_bwd.c) */
     bool ds_keep, dsc_keep;
@@ -66,9 +70,14 @@ static inline tune_problem nsa_tune_problem(const nsa_problem *pb)
     tune_problem t = {.dk = pb->DK, .dv = pb->DV, .g = pb->G, .block = pb->cfg.block_size, .dtype = pb->dtype, .S = pb->S,
                       .cmp_block = pb->cfg.cmp_block, .cmp_stride = pb->cfg.cmp_stride,
                       .warp_emulated = pb->warp == WARP_EMULATED, .fused_jb = pb->fused_topk ? pb->topk_jb : 0,
-                      .slc = pb->has_slc, .branches = pb->has_cmp + pb->has_slc + pb->has_swa};
+                      .slc = pb->has_slc, .branches = pb->has_cmp + pb->has_slc + pb->has_swa, .cmp_tile = pb->cmp_tile};
     return t;
 }
+
+/* Whether the forward's compressed branch may read a work-group's tile
+ * (nsa_problem's cmp_tile); CLNSA_CMP_TILE=0 keeps each warp reading its
+ * own rows (for comparisons). */
+static inline bool nsa_cmp_tile_on(void) { return cx_env_int("CLNSA_CMP_TILE", 1) != 0; }
 
 /* saved: `out` is what the forward saved, read by the backward. */
 clnsa_status nsa_validate(clnsa_context *ctx, const clnsa_nsa_config *cfg, const clnsa_nsa_inputs *in,

@@ -157,9 +157,10 @@ clnsa_status nsa_plan_query_kernel(clnsa_context *ctx, op_plan *p, const nsa_pro
         const bool lean = kind == ATTN_FWD && !fused;
         const bool staged = kind == ATTN_FWD && (fused || !pb->has_slc);
         append(defines, sizeof defines, strlen(defines),
-               "#define V_EARLY %d\n#define V_STAGE %d\n#define ACC_TRANS %d\n#define WHOLE_SLC %d\n#define WHOLE_CMP_SWA %d\n",
-               lean && !staged, staged, staged || kind == ATTN_DQ /* dq: dS K from local K tiles */, lean || fused,
-               lean);
+               "#define CMP_TILE %d\n#define V_EARLY %d\n#define V_STAGE %d\n#define ACC_TRANS %d\n#define WHOLE_SLC %d\n"
+               "#define WHOLE_CMP_SWA %d\n",
+               staged && !fused && pb->cmp_tile, lean && !staged, staged,
+               staged || kind == ATTN_DQ /* dq: dS K from local K tiles */, lean || fused, lean);
         if (kind == ATTN_DQ) /* the selected and compressed branches' dS from their dk/dv passes */
             append(defines, sizeof defines, strlen(defines), "#define DS_KEEP %d\n#define KSP %d\n#define DSC_KEEP %d\n",
                    pb->ds_keep, nsa_ds_row(pb), pb->dsc_keep);
@@ -262,6 +263,7 @@ clnsa_status clnsa_nsa_forward(clnsa_context *ctx, cl_command_queue queue, const
     clnsa_tensor kc = {0}, vc = {0};
     if (pb.need_cmp) nsa_cmp_views(&pb, in, workspace, &lay, &kc, &vc);
     op_plan plan = {0};
+    pb.cmp_tile = pb.has_cmp && pb.warp != WARP_OFF && nsa_cmp_tile_on();
     choose_fused_topk(ctx, &pb);
     st = nsa_plan_compress(ctx, &plan, &pb, in, workspace, &lay);
     if (st == CLNSA_SUCCESS && pb.run_topk && !pb.fused_topk) st = plan_topk(ctx, &plan, &pb, in, out, &kc, workspace, &lay);

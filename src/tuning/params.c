@@ -90,15 +90,23 @@ static size_t warp_scratch_bytes(const tune_problem *pb)
     return sizeof(cl_uint) * (pb->warp_emulated ? (6u * warp_elem_bytes(pb) / 2u + 1u) * 32u : 1u);
 }
 
+/* Row strides of the warp kernels' staged K and V rows where they are
+ * read one way (warp_attn.h's KT_RS, VT_RS). */
+static size_t warp_krow(const tune_problem *pb) { return (size_t)pb->dk + (pb->dk % 64 ? 8u : 0u); }
+static size_t warp_vrow(const tune_problem *pb) { return (size_t)pb->dv + (pb->dv % 64 ? 8u : 0u); }
+
 /* The warp forward, per warp: the gated outputs' sum where the program
  * runs more than one branch (`sum`), and where it stages V (V_STAGE:
- * nsa_fwd.c's warp defines) its V tile of KC rows. */
-static size_t warp_fwd_bytes(const int *v, const tune_problem *pb, bool sum, bool v_tile)
+ * nsa_fwd.c's warp defines) its V tile of KC rows; in the same memory, the
+ * work-group's compressed tile where `cmp_tile` (CMP_TILE: two chunks of
+ * KC K and V rows). */
+static size_t warp_fwd_bytes(const int *v, const tune_problem *pb, bool sum, bool v_tile, bool cmp_tile)
 {
-    const size_t vrow = (size_t)pb->dv + (pb->dv % 64 ? 8u : 0u);
-    const size_t tile = v_tile ? (size_t)v[1] * vrow * warp_elem_bytes(pb) : 0u;
+    const size_t nw = (size_t)(v[0] / 32), e = warp_elem_bytes(pb);
+    const size_t vtiles = v_tile ? nw * (size_t)v[1] * warp_vrow(pb) * e : 0u;
+    const size_t ctile = cmp_tile ? 2u * (size_t)v[1] * (warp_krow(pb) + warp_vrow(pb)) * e : 0u;
     const size_t outs = sum ? 16u * (size_t)pb->dv * sum_elem_bytes(pb) : 0u;
-    return (size_t)(v[0] / 32) * (warp_scratch_bytes(pb) + outs + tile);
+    return nw * (warp_scratch_bytes(pb) + outs) + (vtiles > ctile ? vtiles : ctile);
 }
 
 static bool sums_branches(const tune_problem *pb) { return pb->branches != 1; }
@@ -108,13 +116,13 @@ static bool sums_branches(const tune_problem *pb) { return pb->branches != 1; }
  * fits (H100, D 128: 33 KB, not 49). */
 static size_t fwd_warp_bytes(const int *v, const tune_problem *pb)
 {
-    return warp_fwd_bytes(v, pb, sums_branches(pb), !pb->slc);
+    return warp_fwd_bytes(v, pb, sums_branches(pb), !pb->slc, !pb->slc && pb->cmp_tile);
 }
 
 /* The backward's prologue never stages V, nor sums the branches. */
 static size_t pre_warp_bytes(const int *v, const tune_problem *pb)
 {
-    return warp_fwd_bytes(v, pb, false, false);
+    return warp_fwd_bytes(v, pb, false, false, false);
 }
 
 /* The forward that runs the top-k stages V, and holds the top-k's scores
@@ -125,15 +133,14 @@ static size_t pre_warp_bytes(const int *v, const tune_problem *pb)
 static size_t fused_fwd_warp_bytes(const int *v, const tune_problem *pb)
 {
     const size_t pc = pb->fused_jb ? (size_t)topk_pc_max(pb->fused_jb, pb) : 0u;
-    return warp_fwd_bytes(v, pb, sums_branches(pb), true) + (size_t)(v[0] / 32) * sizeof(float) * pc;
+    return warp_fwd_bytes(v, pb, sums_branches(pb), true, false) + (size_t)(v[0] / 32) * sizeof(float) * pc;
 }
 
 /* The dq warp kernel: each warp's two tiles of KC K rows (padded as the
  * dk/dv kernel's, below). */
 static size_t dq_warp_bytes(const int *v, const tune_problem *pb)
 {
-    const size_t krow = (size_t)pb->dk + (pb->dk % 64 ? 8u : 0u);
-    return (size_t)(v[0] / 32) * (warp_scratch_bytes(pb) + 2u * (size_t)v[1] * krow * warp_elem_bytes(pb));
+    return (size_t)(v[0] / 32) * (warp_scratch_bytes(pb) + 2u * (size_t)v[1] * warp_krow(pb) * warp_elem_bytes(pb));
 }
 
 /* The dk/dv warp kernel stages chunks of KC query rows two deep: Q and dO

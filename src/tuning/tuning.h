@@ -55,6 +55,7 @@ typedef struct {
     int fused_jb; /* nsa_fwd_fused_warp: the top-k's JB, whose PC_MAX scores a warp holds too (0: not known) */
     bool slc;     /* NSA: the selected branch runs (the forward then reads V without a local tile) */
     int branches; /* NSA forward: the branches it runs; one keeps no sum in local memory (0: not known, counted as more) */
+    bool cmp_tile; /* NSA forward: where it stages V without the top-k, its compressed branch reads a work-group's tile (CMP_TILE) */
 } tune_problem;
 
 typedef struct {

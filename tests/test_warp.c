@@ -22,12 +22,15 @@
 #include <cmocka.h>
 
 static test_env env;
+static bool emulated; /* the warp kernels run emulated: one warp a work-group */
 
 static int setup(void **state)
 {
     (void)state;
     test_env_open(&env);
-    printf("warp kernels: %s\n", test_env_use_warp_path(&env));
+    const char *path = test_env_use_warp_path(&env);
+    emulated = strcmp(path, "emulated") == 0;
+    printf("warp kernels: %s\n", path);
     return 0;
 }
 
@@ -340,6 +343,36 @@ static void test_forward_families(void **state)
  * branches' sum (about 75000) leaves f16's range (65504) where the output
  * (about 12500) does not; summed in f16 pairs, as bf16 sums are, the
  * output would be inf. */
+/* The forward that reads the compressed rows from its work-group's tile
+ * (warp_attn.h's CMP_TILE) with 4 and 2 warps a work-group, the tile shared
+ * where a work-group's tokens are of one sequence and read warp by warp
+ * where they straddle a sequence's end (the varlen case). The database
+ * gives the test's shapes one warp a group; on the emulated path a group
+ * is always one warp. */
+static void test_cmp_tile_work_groups(void **state)
+{
+    (void)state;
+    const char *name = "warp compressed and window, long, varlen";
+    if (!nsa_case_selected(name)) return;
+    if (emulated) {
+        printf("skipped on the emulated path: one warp a work-group there\n");
+        return;
+    }
+    const clnsa_context_options o = test_warp_options(clnsa_context_device_info(env.ctx));
+    static const char *const entries[] = {" {\"family\": \"nsa_fwd_cmp_warp\", \"params\": {\"WG\": 128, \"KC\": 16}}",
+                                          " {\"family\": \"nsa_fwd_cmp_warp\", \"params\": {\"WG\": 64, \"KC\": 16}}"};
+    static const char *const nw[] = {"#define NW 4\n", "#define NW 2\n"};
+    for (int i = 0; i < 2; ++i) {
+        test_env te = env;
+        te.ctx = test_context_with_tuning(&env, &o, entries[i]);
+        forward_checked(&te, name, 4500 + (uint64_t)i);
+        const char *tile = getenv("CLNSA_CMP_TILE") && atoi(getenv("CLNSA_CMP_TILE")) == 0 ? "#define CMP_TILE 0\n"
+                                                                                           : "#define CMP_TILE 1\n";
+        assert_true(program_built_with(te.ctx, "nsa_fwd_warp.cl", nw[i], tile));
+        clnsa_context_destroy(te.ctx);
+    }
+}
+
 static void test_f16_sum_range(void **state)
 {
     (void)state;
@@ -378,6 +411,7 @@ int main(void)
         cmocka_unit_test(test_backward),
         cmocka_unit_test(test_keep_ds_workspace),
         cmocka_unit_test(test_forward_families),
+        cmocka_unit_test(test_cmp_tile_work_groups),
         cmocka_unit_test(test_f16_sum_range),
     };
     return cmocka_run_group_tests(tests, setup, teardown);

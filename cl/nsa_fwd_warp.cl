@@ -32,6 +32,14 @@
 #error "CMP_TILE reads V through lds_accumulate_trans: build with ACC_TRANS 1"
 #endif
 
+/* The elements of the memory of the warps' V tiles (V_STAGE), which holds
+ * the work-group's compressed tile too (CMP_TILE). */
+#if CMP_TILE && 2 * WG_CHUNK > NW * KC * VT_RS
+#define VT_ALL (2 * WG_CHUNK)
+#else
+#define VT_ALL (NW * KC * VT_RS)
+#endif
+
 /* Reads the lane's DV/4 values of row `row` (dims from 2t*DV/8). */
 inline void load_row_part(__global const store_t *p, idx_t row, idx_t ds, bool valid, float *x)
 {
@@ -183,7 +191,7 @@ __kernel __attribute__((reqd_work_group_size(NW * WARP, 1, 1))) void nsa_fwd(
 #if V_STAGE
     /* the warps' V tiles; with CMP_TILE, before them, the work-group's
      * compressed tile in the same memory */
-    __local word4_t vt_raw[(CMP_TILE && 2 * WG_CHUNK > NW * KC * VT_RS ? 2 * WG_CHUNK : NW * KC * VT_RS) / 8];
+    __local word4_t vt_raw[VT_ALL / 8];
     __local store_t *vt = (__local store_t *)vt_raw + warp * KC * VT_RS;
 #else
     __local store_t *vt = NULL;

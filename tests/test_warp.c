@@ -101,6 +101,14 @@ static bool topk_fused(const nsa_case *c)
     return c->cmp && c->HQ / c->H <= 16 && c->S <= 32 && !(e && strcmp(e, "0") == 0);
 }
 
+/* The define of the forward that may read a work-group's compressed tile:
+ * on, unless CLNSA_CMP_TILE=0 says not to. */
+static const char *cmp_tile_define(void)
+{
+    const char *e = getenv("CLNSA_CMP_TILE");
+    return e && atoi(e) == 0 ? "#define CMP_TILE 0\n" : "#define CMP_TILE 1\n";
+}
+
 /* The programs each case must have built are asserted over the cases that
  * ran (CLNSA_TEST_CASE may pick a few, as .ci/matrix.sh does). */
 static void test_forward(void **state)
@@ -127,8 +135,7 @@ static void test_forward(void **state)
     /* The compressed rows come from the work-group's tile (warp_attn.h's CMP_TILE, unless
      * CLNSA_CMP_TILE=0 says not to) in the forward that stages V without running the top-k,
      * never in the one that runs it. */
-    const char *tile_env = getenv("CLNSA_CMP_TILE");
-    const char *tile = !tile_env || atoi(tile_env) != 0 ? "#define CMP_TILE 1\n" : "#define CMP_TILE 0\n";
+    const char *tile = cmp_tile_define();
     if (fused) /* the forward that runs the top-k itself stages V, whole chunks unguarded in its selected branch */
         assert_true(built("#define FUSED_TOPK 1\n") &&
                     built("#define CMP_TILE 0\n#define V_EARLY 0\n#define V_STAGE 1\n#define ACC_TRANS 1\n#define WHOLE_SLC 1\n"
@@ -338,11 +345,6 @@ static void test_forward_families(void **state)
     clnsa_context_destroy(te.ctx);
 }
 
-/* The forward sums its gated branches in floats where storage is f16: with
- * values near 25000 and gates near 1.5, 1.5 and -2.5, the first two
- * branches' sum (about 75000) leaves f16's range (65504) where the output
- * (about 12500) does not; summed in f16 pairs, as bf16 sums are, the
- * output would be inf. */
 /* The forward that reads the compressed rows from its work-group's tile
  * (warp_attn.h's CMP_TILE) with 4 and 2 warps a work-group, the tile shared
  * where a work-group's tokens are of one sequence and read warp by warp
@@ -366,13 +368,16 @@ static void test_cmp_tile_work_groups(void **state)
         test_env te = env;
         te.ctx = test_context_with_tuning(&env, &o, entries[i]);
         forward_checked(&te, name, 4500 + (uint64_t)i);
-        const char *tile = getenv("CLNSA_CMP_TILE") && atoi(getenv("CLNSA_CMP_TILE")) == 0 ? "#define CMP_TILE 0\n"
-                                                                                           : "#define CMP_TILE 1\n";
-        assert_true(program_built_with(te.ctx, "nsa_fwd_warp.cl", nw[i], tile));
+        assert_true(program_built_with(te.ctx, "nsa_fwd_warp.cl", nw[i], cmp_tile_define()));
         clnsa_context_destroy(te.ctx);
     }
 }
 
+/* The forward sums its gated branches in floats where storage is f16: with
+ * values near 25000 and gates near 1.5, 1.5 and -2.5, the first two
+ * branches' sum (about 75000) leaves f16's range (65504) where the output
+ * (about 12500) does not; summed in f16 pairs, as bf16 sums are, the
+ * output would be inf. */
 static void test_f16_sum_range(void **state)
 {
     (void)state;

@@ -67,9 +67,9 @@ static const nsa_case warp_cases[] = {
      * as its own kernel; forward only (the backward reads the indices as for any S) */
     {"warp S=40 list in local memory (forward)", 1, 200, 4, 2, 16, 16, NULL, 0, 4, 40, 4, 4, 0, 1, 2, true, true, false, false, false, false, false, false, BF16, false},
     /* no selected branch: the forward stages V (V_STAGE), rows padded (DV = 48), and reads the
-     * compressed rows from the work-group's tile (warp_attn.h's CMP_TILE), up to 74 a token:
-     * several chunks of them */
-    {"warp compressed and window only", 1, 600, 8, 2, 32, 48, NULL, 0, 16, 2, 16, 8, 20, 1, 2, true, false, true, false, false, false, false, false, F16, false},
+     * compressed rows from the work-group's tile (warp_attn.h's CMP_TILE; several chunks of it
+     * in test_cmp_tile_work_groups, on the GPU) */
+    {"warp compressed and window only", 1, 70, 8, 2, 32, 48, NULL, 0, 16, 2, 16, 8, 20, 1, 2, true, false, true, false, false, false, false, false, F16, false},
     /* G = 32 in the TF32 mode: two head tiles, the kept dS key-major (nsa_ranges.h's DS_BY_KEY) in f32 */
     {"warp TF32 G=32 dS kept key-major", 1, 30, 32, 1, 16, 16, NULL, 0, 16, 2, 8, 8, 0, 1, 2, true, true, false, false, false, false, false, false, F32, true},
     /* the compressed branch alone: its forward stages V and runs whole chunks unguarded, no top-k */

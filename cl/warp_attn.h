@@ -608,6 +608,7 @@ inline void warp_attend_range(const word_t *qa, float *m, float *l, float *acc, 
 #define KT_RS (DK % 64 == 0 ? DK : DK + 8)
 #define WG_CHUNK (KC * (KT_RS + VT_RS))
 
+#if CMP_TILE /* only its programs carry the work-group's code (barriers) */
 /* Starts copying keys 0 .. n-1 (0 < n <= KC; zeros after) into the KC
  * rows at c, every work-item of the work-group taking its part. */
 inline void wg_stage_keys(__local store_t *c, __global const store_t *k, idx_t k_rs, int n)
@@ -664,6 +665,7 @@ inline void wg_attend_range(const word_t *qa, float *m, float *l, float *acc, __
         wg_chunk_done();
     }
 }
+#endif
 
 /* The whole row's sum of probabilities (from the lanes' parts) and lse
  * (natural log; -inf for a row that saw nothing). */

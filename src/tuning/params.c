@@ -90,8 +90,9 @@ static size_t warp_scratch_bytes(const tune_problem *pb)
     return sizeof(cl_uint) * (pb->warp_emulated ? (6u * warp_elem_bytes(pb) / 2u + 1u) * 32u : 1u);
 }
 
-/* Row strides of the warp kernels' staged K and V rows where they are
- * read one way (warp_attn.h's KT_RS, VT_RS). */
+/* Row strides of the warp kernels' staged K and V rows, and of dk/dv's
+ * Q and dO rows (warp_attn.h's KT_RS, VT_RS): a multiple of 64 elements
+ * unpadded (swizzled), others padded by 8. */
 static size_t warp_krow(const tune_problem *pb) { return (size_t)pb->dk + (pb->dk % 64 ? 8u : 0u); }
 static size_t warp_vrow(const tune_problem *pb) { return (size_t)pb->dv + (pb->dv % 64 ? 8u : 0u); }
 
@@ -151,8 +152,7 @@ static size_t dq_warp_bytes(const int *v, const tune_problem *pb)
  * (DS_KEEP; counted always). */
 static size_t dkdv_warp_bytes(const int *v, const tune_problem *pb)
 {
-    const size_t kc = (size_t)v[1], qrow = (size_t)pb->dk + (pb->dk % 64 ? 8u : 0u),
-                 drow = (size_t)pb->dv + (pb->dv % 64 ? 8u : 0u);
+    const size_t kc = (size_t)v[1], qrow = warp_krow(pb), drow = warp_vrow(pb);
     const size_t entry = sizeof(cl_int), record = 4u * sizeof(cl_uint), ds_place = 2u * sizeof(cl_int);
     return (size_t)(v[0] / 32) * warp_scratch_bytes(pb) + 2u * kc * (warp_elem_bytes(pb) * (qrow + drow) + entry) +
            3u * kc * (record + ds_place); /* a chunk's row records and kept-dS places, three deep */

@@ -48,17 +48,23 @@ __kernel void seq_offsets(__global const int *cu, idx_t cu0, int nseq, int T, in
     cmp_off[nseq] = off;
 }
 
-/* out[r, h, d] = mean of x over the existing tokens of compressed block r. */
-__kernel void mean_pool(__global const store_t *x, idx_t x_off, idx4_t x_st,
-                        __global store_t *out, idx_t out0, int D, int H, int nrows, int nc_per_b,
-                        __global const int *cu, idx_t cu0, int nseq,
+/* out[r, h, d] = mean of x over the existing tokens of compressed block r;
+ * keys and values in one launch (z: which tensor, then the row), so the
+ * forward's first kernel is one short launch, not two. */
+__kernel void mean_pool(__global const store_t *xk, idx_t xk_off, idx4_t xk_st, __global const store_t *xv,
+                        idx_t xv_off, idx4_t xv_st, __global store_t *out, idx_t outk0, idx_t outv0, int DK, int DV,
+                        int H, int nrows, int nc_per_b, __global const int *cu, idx_t cu0, int nseq,
                         __global const int *cmp_off, idx_t cmp_off0, int T, int cmp_l, int cmp_d)
 {
     cu += cu0;
     cmp_off += cmp_off0;
-    out += out0;
-    const int d = get_global_id(0), h = get_global_id(1), r = get_global_id(2);
+    const int d = get_global_id(0), h = get_global_id(1), z = get_global_id(2);
+    const bool vals = z >= nrows;
+    const int r = vals ? z - nrows : z, D = vals ? DV : DK;
     if (d >= D || h >= H || r >= nrows) return;
+    __global const store_t *x = vals ? xv : xk;
+    const idx_t x_off = vals ? xv_off : xk_off;
+    const idx4_t x_st = vals ? xv_st : xk_st;
     int b, start, len, i;
     float mean = 0.0f;
     if (cmp_row(r, nc_per_b, cu, nseq, cmp_off, T, &b, &start, &len, &i)) {
@@ -67,7 +73,7 @@ __kernel void mean_pool(__global const store_t *x, idx_t x_off, idx4_t x_st,
         for (int p = p0; p < p1; ++p) sum += LOAD(x, at4(x_off, x_st, b, start + p, h, d));
         mean = p1 > p0 ? sum / (float)(p1 - p0) : 0.0f;
     }
-    STORE(out, ((idx_t)r * H + h) * D + d, mean);
+    STORE(out, (vals ? outv0 : outk0) + ((idx_t)r * H + h) * D + d, mean);
 }
 
 /* Linear compression, step 1: xg[(r*H + h), j*D + d] = x[token] + pe[j, d]

@@ -226,15 +226,20 @@ static void profile_once(const cli_env *env, method_call *c, int pass, cl_mem ws
     const char *names[PLAN_MAX_STEPS];
     double ms[PLAN_MAX_STEPS], each[PLAN_MAX_STEPS];
     int n = 0, launches[PLAN_MAX_STEPS], kernel_of[PLAN_MAX_STEPS];
+    cl_ulong first = 0, last = 0;
+    double busy = 0;
     for (int i = 0; i < h.nevents; ++i) {
         cl_ulong t0 = 0, t1 = 0;
         clGetEventProfilingInfo(h.events[i], CL_PROFILING_COMMAND_START, sizeof t0, &t0, NULL);
         clGetEventProfilingInfo(h.events[i], CL_PROFILING_COMMAND_END, sizeof t1, &t1, NULL);
         clReleaseEvent(h.events[i]);
+        if (i == 0 || t0 < first) first = t0;
+        if (t1 > last) last = t1;
         int k = 0;
         while (k < n && strcmp(names[k], h.event_kernels[i]) != 0) ++k;
         if (k == n) names[n] = h.event_kernels[i], ms[n] = 0, launches[n++] = 0;
         each[i] = t1 > t0 ? (double)(t1 - t0) * 1e-6 : 0;
+        busy += each[i];
         kernel_of[i] = k;
         ms[k] += each[i];
         ++launches[k];
@@ -250,6 +255,8 @@ static void profile_once(const cli_env *env, method_call *c, int pass, cl_mem ws
             if (kernel_of[i] == k) printf("%s%.3f", first ? " [" : " + ", each[i]), first = 0;
         printf("]");
     }
+    /* the device's idle time between the kernels (launch gaps), where there are several */
+    if (h.nevents > 1 && last > first) printf(" (gaps %.3f)", (double)(last - first) * 1e-6 - busy);
     printf("\n");
 }
 

@@ -51,17 +51,21 @@ clnsa_status nsa_plan_offsets(clnsa_context *ctx, op_plan *p, cl_program prog, c
 static size_t local_for(size_t n) { return n >= 64 ? 64 : 1; }
 
 static clnsa_status plan_mean(clnsa_context *ctx, op_plan *p, cl_program prog, const nsa_problem *pb,
-                              const clnsa_nsa_inputs *in, cl_mem ws, const nsa_workspace *lay, const clnsa_tensor *x,
-                              const clnsa_tensor *dst, int D)
+                              const clnsa_nsa_inputs *in, cl_mem ws, const nsa_workspace *lay, const clnsa_tensor *kc,
+                              const clnsa_tensor *vc)
 {
-    const size_t rows = (size_t)pb->B * pb->nc_rows, g[3] = {(size_t)D, (size_t)pb->H, rows};
+    const size_t rows = (size_t)pb->B * pb->nc_rows;
+    const size_t g[3] = {(size_t)(pb->DK > pb->DV ? pb->DK : pb->DV), (size_t)pb->H, 2 * rows};
     kargs a;
     clnsa_status st = plan_add_kernel(ctx, p, prog, "mean_pool", g, local_for(g[0]), &a, pb->idx_long);
     if (st != CLNSA_SUCCESS) return st;
-    ka_tensor(&a, x);
+    ka_tensor(&a, &in->k);
+    ka_tensor(&a, &in->v);
     ka_mem(&a, ws);
-    ka_idx(&a, (int64_t)dst->offset);
-    ka_int(&a, D);
+    ka_idx(&a, (int64_t)kc->offset);
+    ka_idx(&a, (int64_t)vc->offset);
+    ka_int(&a, pb->DK);
+    ka_int(&a, pb->DV);
     ka_int(&a, pb->H);
     ka_int(&a, (int)rows);
     ka_int(&a, pb->nc_rows);
@@ -148,6 +152,5 @@ clnsa_status nsa_plan_compress(clnsa_context *ctx, op_plan *p, const nsa_problem
             st = plan_linear(ctx, p, prog, pb, in, ws, lay, &in->v, &in->w_v, &in->b_v, &in->pe_v, &vc, pb->DV);
         return st;
     }
-    st = plan_mean(ctx, p, prog, pb, in, ws, lay, &in->k, &kc, pb->DK);
-    return st == CLNSA_SUCCESS ? plan_mean(ctx, p, prog, pb, in, ws, lay, &in->v, &vc, pb->DV) : st;
+    return plan_mean(ctx, p, prog, pb, in, ws, lay, &kc, &vc);
 }

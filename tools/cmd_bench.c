@@ -526,7 +526,7 @@ int cmd_bench(int argc, char **argv)
          "the NSA backward recomputes the branch outputs instead of reading the training forward's saved ones"},
         {"--no-dense", OPT_FLAG, &o.no_dense, 0, 0, NULL, NULL, "skip the dense causal baselines (dense, clblast)"},
         {"--no-startup", OPT_FLAG, &o.no_startup, 0, 0, NULL, NULL, "skip the start-up timing"},
-        {"--profile", OPT_FLAG, &o.profile, 0, 0, NULL, NULL, "after each method's timing, one more run: the time of each kernel (of each launch, in brackets, where it runs more than once)"},
+        {"--profile", OPT_FLAG, &o.profile, 0, 0, NULL, NULL, "after each method's timing, one more run: the time of each kernel (of each launch, in brackets, where it runs more than once) and the idle gaps between them"},
         {"--methods", OPT_STRING, &o.methods, 0, 0, NULL, "LIST", "methods to time, comma-separated (default all: cmp,topk+slc,slc,swa,nsa,dense,clblast)"},
         {"--json", OPT_STRING, &o.json, 0, 0, NULL, "FILE", "write the results as JSON"},
         {"--svg", OPT_STRING, &o.svg, 0, 0, NULL, "FILE", "write a plot of ms against T per method"},

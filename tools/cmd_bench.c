@@ -226,15 +226,15 @@ static void profile_once(const cli_env *env, method_call *c, int pass, cl_mem ws
     const char *names[PLAN_MAX_STEPS];
     double ms[PLAN_MAX_STEPS], each[PLAN_MAX_STEPS];
     int n = 0, launches[PLAN_MAX_STEPS], kernel_of[PLAN_MAX_STEPS];
-    cl_ulong first = 0, last = 0;
+    cl_ulong span0 = 0, span1 = 0; /* the first start and the last end of the op's kernels */
     double busy = 0;
     for (int i = 0; i < h.nevents; ++i) {
         cl_ulong t0 = 0, t1 = 0;
         clGetEventProfilingInfo(h.events[i], CL_PROFILING_COMMAND_START, sizeof t0, &t0, NULL);
         clGetEventProfilingInfo(h.events[i], CL_PROFILING_COMMAND_END, sizeof t1, &t1, NULL);
         clReleaseEvent(h.events[i]);
-        if (i == 0 || t0 < first) first = t0;
-        if (t1 > last) last = t1;
+        if (i == 0 || t0 < span0) span0 = t0;
+        if (t1 > span1) span1 = t1;
         int k = 0;
         while (k < n && strcmp(names[k], h.event_kernels[i]) != 0) ++k;
         if (k == n) names[n] = h.event_kernels[i], ms[n] = 0, launches[n++] = 0;
@@ -256,7 +256,7 @@ static void profile_once(const cli_env *env, method_call *c, int pass, cl_mem ws
         printf("]");
     }
     /* the device's idle time between the kernels (launch gaps), where there are several */
-    if (h.nevents > 1 && last > first) printf(" (gaps %.3f)", (double)(last - first) * 1e-6 - busy);
+    if (h.nevents > 1 && span1 > span0) printf(" (gaps %.3f)", (double)(span1 - span0) * 1e-6 - busy);
     printf("\n");
 }
 

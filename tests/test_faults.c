@@ -344,9 +344,10 @@ static void test_injected_faults(void **state)
     clean_setup(&cr, 41);
     nsa_run *r = &cr.r;
 
-    /* The forward enqueues 4 kernels here (2 mean pools, top-k, attention),
-     * the backward 13: fail the first, one in the middle and the last. */
-    const int fwd_at[3] = {1, 3, 4}, bwd_at[3] = {1, 7, 13};
+    /* The forward enqueues 3 kernels here (mean pool, top-k, attention):
+     * fail each; the backward 17 on PoCL (its passes depend on the device's
+     * tuning): fail the first, the seventh and the twelfth. */
+    const int fwd_at[3] = {1, 2, 3}, bwd_at[3] = {1, 7, 12};
     int runs = 0;
     for (size_t f = 0; f < sizeof faults / sizeof faults[0]; ++f)
         for (int k = 0; k < 3; ++k) {

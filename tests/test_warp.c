@@ -57,7 +57,9 @@ static const nsa_case warp_cases[] = {
     /* rows of 64 and 128 elements: the swizzled local tiles of the dk/dv kernel (warp_attn.h's tile_col) */
     {"warp DK=128 DV=64 swizzled tiles", 1, 40, 4, 2, 128, 64, NULL, 0, 16, 2, 8, 8, 8, 1, 2, true, true, true, false, false, false, false, false, BF16, false},
     {"warp G=20 two head tiles", 1, 45, 20, 1, 32, 32, NULL, 0, 16, 4, 16, 16, 24, 1, 2, true, true, true, false, false, false, false, false, BF16, false},
-    {"warp DK=48 DV=16 given indices and counts", 2, 40, 8, 2, 48, 16, NULL, 0, 8, 5, 8, 8, 0, 1, 2, false, true, false, true, true, false, false, false, BF16, false},
+    /* DV = 128, as in the anchor configuration: the forward given indices and the backward's prologue read
+     * V rows into registers in two 16-byte pieces a row (warp_attn.h's load_cols), stored in two (store_row) */
+    {"warp DK=48 DV=128 given indices and counts", 2, 40, 8, 2, 48, 128, NULL, 0, 8, 5, 8, 8, 0, 1, 2, false, true, false, true, true, false, false, false, BF16, false},
     {"warp given k_cmp v_cmp, G=2", 2, 50, 4, 2, 32, 32, NULL, 0, 16, 3, 16, 16, 0, 1, 2, true, true, false, false, false, true, false, false, F16, false},
     {"warp linear compression", 1, 70, 16, 1, 32, 16, NULL, 0, 16, 3, 16, 16, 0, 1, 2, true, true, false, false, false, false, true, true, BF16, false},
     /* the configuration of the G=20 case: the same programs (PoCL compiles each in ~40 s) */
@@ -318,7 +320,7 @@ static void test_forward_families(void **state)
     else unsetenv("CLNSA_FUSED_TOPK");
     assert_true(program_built_with(te.ctx, "nsa_fwd_warp.cl", "#define KC 32\n", "#define HAS_CMP 1\n"));
     /* given indices, no compressed branch */
-    forward_checked(&te, "warp DK=48 DV=16 given indices and counts", 4302);
+    forward_checked(&te, "warp DK=48 DV=128 given indices and counts", 4302);
     assert_true(program_built_with(te.ctx, "nsa_fwd_warp.cl", "#define KC 64\n", "#define HAS_CMP 0\n"));
     assert_false(program_built_with(te.ctx, "nsa_fwd_warp.cl", "#define KC 64\n", "#define HAS_CMP 1\n"));
     /* the backward's prologue (no saved branch outputs) with the compressed branch */

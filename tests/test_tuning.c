@@ -243,6 +243,18 @@ static void test_warp_v_tile_bytes(void **state)
         assert_int_equal(safe[0], families[i] == TF_NSA_FWD_FUSED_WARP ? 64 : 32);
         assert_int_equal(safe[1], 64);
     }
+    /* the forward without the selected branch, its compressed tile shared by
+     * the work-group: four warps, KC 16 (KC 64's two chunks would be 64 KB) */
+    tune_problem tiled = big;
+    tiled.slc = false;
+    tiled.cmp_tile = true;
+    tiled.branches = 1;
+    int safe[TUNE_MAX_PARAMS] = {0};
+    assert_true(tune_safe_default(&gpu, TF_NSA_FWD_CMP_TILE_WARP, &tiled, safe));
+    assert_int_equal(safe[0], 128);
+    assert_int_equal(safe[1], 16);
+    int kc64[TUNE_MAX_PARAMS] = {128, 64};
+    assert_false(tune_fits(&gpu, TF_NSA_FWD_CMP_TILE_WARP, kc64, &tiled, false, NULL, 0));
 }
 
 /* The forward that runs the top-k holds the top-k's scores (PC_MAX floats a

@@ -292,7 +292,8 @@ static void forward_checked(test_env *te, const char *name, uint64_t seed) { cas
 /* The forward kernel's uses take their chunk and work-group from families
  * of their own: the forward that runs the top-k (nsa_fwd_fused_warp), the
  * forward given its selection with the compressed branch (nsa_fwd_cmp_warp)
- * and without it (nsa_fwd_warp), and the backward's prologue
+ * and without it (nsa_fwd_warp), the forward without the selected branch
+ * (nsa_fwd_cmp_tile_warp: test_cmp_tile_work_groups), and the backward's prologue
  * (nsa_bwd_pre_warp). A user file gives the forwards three different
  * chunks, and the prologue another than the compressed forward's; each
  * kernel is built with its own family's and is right. */
@@ -346,11 +347,14 @@ static void test_forward_families(void **state)
 }
 
 /* The forward that reads the compressed rows from its work-group's tile
- * (warp_attn.h's CMP_TILE) with 4 and 2 warps a work-group, the tile shared
+ * (warp_attn.h's CMP_TILE) with 4 and 2 warps a work-group (chunks of 16
+ * keys; and 4 warps with chunks of 32, the H200's fastest), the tile shared
  * where a work-group's tokens are of one sequence and read warp by warp
- * where they straddle a sequence's end (the varlen case). The database
- * gives the test's shapes one warp a group; on the emulated path a group
- * is always one warp. */
+ * where they straddle a sequence's end (the varlen case). Its work-group
+ * and chunk come from a family of its own (nsa_fwd_cmp_tile_warp), which
+ * the user file sets here. On the emulated path, where a group is always
+ * one warp, only that: the compressed branch alone takes that family's
+ * chunk, not nsa_fwd_cmp_warp's (with CLNSA_CMP_TILE=0, the other way). */
 static void test_cmp_tile_work_groups(void **state)
 {
     (void)state;
@@ -360,19 +364,34 @@ static void test_cmp_tile_work_groups(void **state)
     static const nsa_case c = {"warp compressed and window, varlen, work-groups", 1, 400, 16, 1, 16, 16, cu, 4, 8, 2, 4, 4, 16, 1, 2,
                                true, false, true, false, false, false, false, false, BF16, false};
     if (!nsa_case_selected(c.name)) return;
+    const clnsa_context_options o = test_warp_options(clnsa_context_device_info(env.ctx));
+    const bool tiled = strcmp(cmp_tile_define(), "#define CMP_TILE 1\n") == 0;
     if (emulated) {
-        printf("skipped on the emulated path: one warp a work-group there\n");
+        test_env te = env;
+        te.ctx = test_context_with_tuning(&env, &o,
+                                          " {\"family\": \"nsa_fwd_cmp_tile_warp\", \"params\": {\"WG\": 32, \"KC\": 16}},\n"
+                                          " {\"family\": \"nsa_fwd_cmp_warp\", \"params\": {\"WG\": 32, \"KC\": 32}}");
+        forward_checked(&te, "warp compressed only", 4510);
+        assert_true(program_built_with(te.ctx, "#define HAS_SLC 0\n", tiled ? "#define KC 16\n" : "#define KC 32\n",
+                                       cmp_tile_define()));
+        clnsa_context_destroy(te.ctx);
         return;
     }
-    const clnsa_context_options o = test_warp_options(clnsa_context_device_info(env.ctx));
-    static const char *const entries[] = {" {\"family\": \"nsa_fwd_cmp_warp\", \"params\": {\"WG\": 128, \"KC\": 16}}",
-                                          " {\"family\": \"nsa_fwd_cmp_warp\", \"params\": {\"WG\": 64, \"KC\": 16}}"};
-    static const char *const nw[] = {"#define NW 4\n", "#define NW 2\n"};
-    for (int i = 0; i < 2; ++i) {
+    static const char *const entries[] = {" {\"family\": \"nsa_fwd_cmp_tile_warp\", \"params\": {\"WG\": 128, \"KC\": 16}},\n"
+                                          " {\"family\": \"nsa_fwd_cmp_warp\", \"params\": {\"WG\": 32, \"KC\": 32}}",
+                                          " {\"family\": \"nsa_fwd_cmp_tile_warp\", \"params\": {\"WG\": 64, \"KC\": 16}},\n"
+                                          " {\"family\": \"nsa_fwd_cmp_warp\", \"params\": {\"WG\": 32, \"KC\": 32}}",
+                                          " {\"family\": \"nsa_fwd_cmp_tile_warp\", \"params\": {\"WG\": 128, \"KC\": 32}},\n"
+                                          " {\"family\": \"nsa_fwd_cmp_warp\", \"params\": {\"WG\": 32, \"KC\": 16}}"};
+    static const char *const nw[] = {"#define NW 4\n", "#define NW 2\n", "#define NW 4\n"};
+    static const char *const kc[] = {"#define KC 16\n", "#define KC 16\n", "#define KC 32\n"};
+    /* with CLNSA_CMP_TILE=0 the program is the untiled one, of nsa_fwd_cmp_warp's entries */
+    static const char *const kc_untiled[] = {"#define KC 32\n", "#define KC 32\n", "#define KC 16\n"};
+    for (int i = 0; i < 3; ++i) {
         test_env te = env;
         te.ctx = test_context_with_tuning(&env, &o, entries[i]);
         case_checked(&te, &c, 4500 + (uint64_t)i);
-        assert_true(program_built_with(te.ctx, "nsa_fwd_warp.cl", nw[i], cmp_tile_define()));
+        assert_true(program_built_with(te.ctx, tiled ? nw[i] : "#define NW 1\n", tiled ? kc[i] : kc_untiled[i], cmp_tile_define()));
         clnsa_context_destroy(te.ctx);
     }
 }

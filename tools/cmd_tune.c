@@ -308,6 +308,7 @@ static int tune_family_in(const cli_env *env, const tune_opts *o, int family, do
     const bool bwd = family_is_bwd(family);
     const bool given_idx = family == TF_NSA_FWD || family == TF_NSA_FWD_WARP || family == TF_NSA_FWD_CMP_WARP;
     const bool bs = family_is_bs(family), no_cmp = family == TF_NSA_FWD_WARP;
+    const bool no_slc = family == TF_NSA_FWD_CMP_TILE_WARP; /* the compressed tile is in no program with it */
     /* The warp families run only on their path, and in f16 / bf16: they are
      * checked in the timed dtype, within its rounding of the safe default. */
     const bool warp = family_is_warp(family);
@@ -325,9 +326,10 @@ static int tune_family_in(const cli_env *env, const tune_opts *o, int family, do
      * others time the top-k as its own kernel (its JB comes from that
      * family). Set before this family's build threads start. */
     setenv("CLNSA_FUSED_TOPK", family == TF_NSA_FWD_FUSED_WARP ? "1" : "0", 1);
+    if (no_slc) setenv("CLNSA_CMP_TILE", "1", 1); /* the family of the tiled program only */
     tune_problem pb = {.dk = o->D, .dv = o->DV, .g = o->G, .block = o->block, .dtype = cli_dtype_from_choice(o->dtype), .S = o->S,
-                       .cmp_block = o->block, .cmp_stride = o->block, .slc = true, /* its calls run the selected branch */
-                       .branches = 1 + !no_cmp + (o->window > 0)};
+                       .cmp_block = o->block, .cmp_stride = o->block, .slc = !no_slc, .cmp_tile = no_slc,
+                       .branches = !no_slc + !no_cmp + (o->window > 0)};
     if (warp) {
         const warp_mode wm = device_warp_mode(env->ctx, pb.dtype);
         if (wm == WARP_OFF) {
@@ -355,9 +357,9 @@ static int tune_family_in(const cli_env *env, const tune_opts *o, int family, do
     if (!fr->c) return -1;
     op_setup check, timing;
     const int vt = o->verify_T < o->T ? o->verify_T : o->T;
-    if (bs ? tune_bs_setup_make(env, &check, o, vt, check_dt, bwd) : tune_setup_make(env, &check, o, vt, check_dt, bwd, given_idx, no_cmp))
+    if (bs ? tune_bs_setup_make(env, &check, o, vt, check_dt, bwd) : tune_setup_make(env, &check, o, vt, check_dt, bwd, given_idx, no_cmp, no_slc))
         return -1;
-    if (bs ? tune_bs_setup_make(env, &timing, o, o->T, pb.dtype, bwd) : tune_setup_make(env, &timing, o, o->T, pb.dtype, bwd, given_idx, no_cmp)) {
+    if (bs ? tune_bs_setup_make(env, &timing, o, o->T, pb.dtype, bwd) : tune_setup_make(env, &timing, o, o->T, pb.dtype, bwd, given_idx, no_cmp, no_slc)) {
         tune_setup_free(&check);
         return -1;
     }
@@ -508,9 +510,9 @@ static js_value entry_json(const cli_env *env, const tune_opts *o, const family_
 
 static const char *const family_names = "nsa_fwd, nsa_bwd_pre, nsa_bwd_dq, nsa_topk, nsa_bwd_dkdv (nsa: these five), "
                                         "blocksparse_fwd, blocksparse_bwd (blocksparse: both), nsa_fwd_warp, "
-                                        "nsa_fwd_cmp_warp, nsa_fwd_fused_warp, nsa_bwd_pre_warp, nsa_topk_warp, "
+                                        "nsa_fwd_cmp_warp, nsa_fwd_cmp_tile_warp, nsa_fwd_fused_warp, nsa_bwd_pre_warp, nsa_topk_warp, "
                                         "nsa_bwd_dq_warp, nsa_bwd_dq_recompute_warp, nsa_bwd_dkdv_warp, "
-                                        "blocksparse_fwd_warp, blocksparse_bwd_warp (warp: these ten, the tensor-core "
+                                        "blocksparse_fwd_warp, blocksparse_bwd_warp (warp: these eleven, the tensor-core "
                                         "path, where the device runs it for --dtype); all: every one";
 
 static void usage(FILE *f, const cli_opt *opts, size_t n)

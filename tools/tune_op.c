@@ -32,9 +32,10 @@ static int setup_workspace(const cli_env *env, op_setup *s)
 }
 
 int tune_setup_make(const cli_env *env, op_setup *s, const tune_opts *o, int T, clnsa_dtype dt, bool bwd, bool given_idx,
-                    bool no_cmp)
+                    bool no_cmp, bool no_slc)
 {
     memset(s, 0, sizeof *s);
+    s->no_slc = no_slc;
     uint64_t seed = 0x5eed0000u + (uint64_t)o->seed;
     s->bwd = bwd;
     s->given_idx = given_idx;
@@ -91,7 +92,13 @@ int tune_setup_make(const cli_env *env, op_setup *s, const tune_opts *o, int T, 
         clReleaseMemObject(s->lse[0]);
         s->lse[0] = NULL;
     }
-    out->block_indices = cli_t4(s->bi, CLNSA_DTYPE_I32, 1, T, s->H, s->S);
+    if (no_slc) { /* likewise; no top-k runs, so no selection comes out */
+        in->g_slc = out->lse_slc = (clnsa_tensor){0};
+        clReleaseMemObject(s->lse[1]);
+        s->lse[1] = NULL;
+    } else {
+        out->block_indices = cli_t4(s->bi, CLNSA_DTYPE_I32, 1, T, s->H, s->S);
+    }
     if (bwd) {
         s->dout_t = cli_t4(s->dout, dt, 1, T, s->HQ, s->DV);
         s->gr.dq = cli_t4(s->dq, dt, 1, T, s->HQ, s->DK);
@@ -218,7 +225,7 @@ int tune_result_get(const cli_env *env, const op_setup *s, op_result *r)
     } else {
         rc |= fetch(env, s->o, nq * s->DV, s->dt, &r->f[0], &r->n[0]);
         for (int i = 0; i < 3; ++i) rc |= fetch(env, s->lse[i], nq, CLNSA_DTYPE_F32, &r->f[1 + i], &r->n[1 + i]);
-        if (!s->given_idx && !s->bs) {
+        if (!s->given_idx && !s->bs && !s->no_slc) {
             r->nbi = nk * s->S;
             rc |= !(r->bi = cli_malloc(r->nbi * sizeof *r->bi)) || cli_download_i32(env, s->bi, r->nbi, r->bi);
         }

@@ -18,7 +18,7 @@ typedef struct {
 /* The tensors of one op call at one size and dtype: the NSA, or (bs) the
  * block-sparse attention, which uses q, k, v, o, lse[0] and the gradients. */
 typedef struct {
-    bool bwd, given_idx, bs;
+    bool bwd, given_idx, bs, no_slc;
     int T, HQ, H, DK, DV, S;
     clnsa_dtype dt;
     cl_mem q, k, v, g[3], idx, o, lse[3], bi, dout, dq, dk, dv, dg[3], ws;
@@ -45,11 +45,12 @@ typedef struct {
 
 void tune_setup_free(op_setup *s);
 /* Inputs of the NSA at T tokens in dtype dt: all three branches (the
- * window only when --window > 0; no compressed branch when no_cmp); given
+ * window only when --window > 0; no compressed branch when no_cmp, no
+ * selected branch, and so no top-k, when no_slc); given
  * random causal block indices when given_idx (so that top-k does not run);
  * for the backward, the forward's saved tensors are computed once here. */
 int tune_setup_make(const cli_env *env, op_setup *s, const tune_opts *o, int T, clnsa_dtype dt, bool bwd, bool given_idx,
-                    bool no_cmp);
+                    bool no_cmp, bool no_slc);
 /* Block-sparse attention at T tokens: causal, with the --window as its
  * left window (none at 0), no block mask. */
 int tune_bs_setup_make(const cli_env *env, op_setup *s, const tune_opts *o, int T, clnsa_dtype dt, bool bwd);

@@ -113,12 +113,15 @@ static clnsa_status plan_topk(clnsa_context *ctx, op_plan *p, const nsa_problem 
 }
 
 /* The tuning family of a per-query warp kernel, tuned apart by use: the
- * forward that runs the top-k; the backward's prologue; the forward given
- * its selection, with the compressed branch and without it; dq, keeping
- * the compressed branch's dS or recomputing it. */
+ * forward that runs the top-k; the forward without the selected branch
+ * whose work-group shares a compressed tile (CMP_TILE below); the
+ * backward's prologue; the forward given its selection, with the
+ * compressed branch and without it; dq, keeping the compressed branch's dS
+ * or recomputing it. */
 static int warp_family_of(const nsa_problem *pb, attn_kind kind, bool fused)
 {
     if (fused) return TF_NSA_FWD_FUSED_WARP;
+    if (kind == ATTN_FWD && !pb->has_slc && pb->cmp_tile) return TF_NSA_FWD_CMP_TILE_WARP;
     if (kind == ATTN_BWD_PRE) return TF_NSA_BWD_PRE_WARP;
     if (kind == ATTN_DQ) return pb->has_cmp && !pb->dsc_keep ? TF_NSA_DQ_RECOMPUTE_WARP : TF_NSA_DQ_WARP;
     return pb->has_cmp ? TF_NSA_FWD_CMP_WARP : TF_NSA_FWD_WARP;

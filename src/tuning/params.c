@@ -319,6 +319,15 @@ static void fwd_warp_start(int *v, const tune_problem *pb, const clnsa_device_in
     v[0] = 32;
 }
 
+/* The forward whose work-group shares a tile of compressed rows: four warps
+ * share it, chunks of 16 keys (the tile, two chunks of K and V rows, is 16
+ * KB at D 128; KC 64's would not fit 48 KB). */
+static void cmp_tile_warp_start(int *v, const tune_problem *pb, const clnsa_device_info *info)
+{
+    warp_start(v, pb, info);
+    v[1] = 16;
+}
+
 /* dq keeps two score-sized tiles (P and dP) besides its accumulator: chunks
  * of 32 keys. */
 static void dq_warp_start(int *v, const tune_problem *pb, const clnsa_device_info *info)
@@ -381,6 +390,14 @@ const tune_family tune_families[TF_COUNT] = {
      * scores too (fused_fwd_warp_bytes). */
     [TF_NSA_FWD_WARP] = WARP_KC_FAMILY("nsa_fwd_warp", "nsa_fwd", fwd_warp_bytes, fwd_warp_start),
     [TF_NSA_FWD_CMP_WARP] = WARP_KC_FAMILY("nsa_fwd_cmp_warp", "nsa_fwd", fwd_warp_bytes, fwd_warp_start),
+    /* Without the selected branch the work-group's warps share a tile of
+     * the compressed rows (CMP_TILE), which one warp a work-group shares
+     * with nobody: on the H200 at 64k (compressed branch alone) WG 32 KC 32,
+     * the pick of the family above, took 10.7 ms, WG 128 KC 16 6.4. Its
+     * tile does not shrink with the warps: the safe default halves the
+     * chunk first. */
+    [TF_NSA_FWD_CMP_TILE_WARP] = {"nsa_fwd_cmp_tile_warp", "nsa_fwd", 2, {WARP_WG_PARAM, KC_PARAM}, 0, {{0}}, 2,
+                                  {{SHRINK_HALVE, 1, 0, 16}, {SHRINK_HALVE, 0, 0, 32}}, fwd_warp_bytes, cmp_tile_warp_start},
     [TF_NSA_FWD_FUSED_WARP] = WARP_KC_FAMILY("nsa_fwd_fused_warp", "nsa_fwd", fused_fwd_warp_bytes, warp_start),
     /* The backward's prologue (BWD_PRE: the branch outputs rebuilt where the
      * forward did not save them) is the same kernel at other defines; with

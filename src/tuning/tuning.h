@@ -34,6 +34,8 @@ typedef enum {
     TF_NSA_FWD_WARP,  /* nsa_fwd_warp.cl on the tensor cores (WG, KC): the forward given its selection, without the
                          compressed branch */
     TF_NSA_FWD_CMP_WARP,   /* the same with the compressed branch */
+    TF_NSA_FWD_CMP_TILE_WARP, /* the forward without the selected branch, whose work-group's warps share a tile of
+                                 the compressed rows (CMP_TILE) */
     TF_NSA_FWD_FUSED_WARP, /* the forward that runs the top-k itself (FUSED_TOPK) */
     TF_NSA_BWD_PRE_WARP,   /* nsa_fwd_warp.cl with BWD_PRE, the backward's prologue */
     TF_NSA_TOPK_WARP, /* nsa_topk_warp.cl (WG, KC, JB) */

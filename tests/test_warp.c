@@ -109,11 +109,13 @@ static bool topk_fused(const nsa_case *c)
 
 /* The define of the forward that may read a work-group's compressed tile:
  * on, unless CLNSA_CMP_TILE=0 says not to. */
-static const char *cmp_tile_define(void)
+static bool cmp_tile_on(void)
 {
     const char *e = getenv("CLNSA_CMP_TILE");
-    return e && atoi(e) == 0 ? "#define CMP_TILE 0\n" : "#define CMP_TILE 1\n";
+    return !(e && atoi(e) == 0);
 }
+
+static const char *cmp_tile_define(void) { return cmp_tile_on() ? "#define CMP_TILE 1\n" : "#define CMP_TILE 0\n"; }
 
 /* The programs each case must have built are asserted over the cases that
  * ran (CLNSA_TEST_CASE may pick a few, as .ci/matrix.sh does). */
@@ -365,7 +367,7 @@ static void test_cmp_tile_work_groups(void **state)
                                true, false, true, false, false, false, false, false, BF16, false};
     if (!nsa_case_selected(c.name)) return;
     const clnsa_context_options o = test_warp_options(clnsa_context_device_info(env.ctx));
-    const bool tiled = strcmp(cmp_tile_define(), "#define CMP_TILE 1\n") == 0;
+    const bool tiled = cmp_tile_on();
     if (emulated) {
         test_env te = env;
         te.ctx = test_context_with_tuning(&env, &o,

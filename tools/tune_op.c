@@ -35,7 +35,6 @@ int tune_setup_make(const cli_env *env, op_setup *s, const tune_opts *o, int T, 
                     bool no_cmp, bool no_slc)
 {
     memset(s, 0, sizeof *s);
-    s->no_slc = no_slc;
     uint64_t seed = 0x5eed0000u + (uint64_t)o->seed;
     s->bwd = bwd;
     s->given_idx = given_idx;
@@ -225,7 +224,7 @@ int tune_result_get(const cli_env *env, const op_setup *s, op_result *r)
     } else {
         rc |= fetch(env, s->o, nq * s->DV, s->dt, &r->f[0], &r->n[0]);
         for (int i = 0; i < 3; ++i) rc |= fetch(env, s->lse[i], nq, CLNSA_DTYPE_F32, &r->f[1 + i], &r->n[1 + i]);
-        if (!s->given_idx && !s->bs && !s->no_slc) {
+        if (s->out.block_indices.data && !s->given_idx) { /* the top-k's selection, where it ran */
             r->nbi = nk * s->S;
             rc |= !(r->bi = cli_malloc(r->nbi * sizeof *r->bi)) || cli_download_i32(env, s->bi, r->nbi, r->bi);
         }

@@ -18,7 +18,7 @@ typedef struct {
 /* The tensors of one op call at one size and dtype: the NSA, or (bs) the
  * block-sparse attention, which uses q, k, v, o, lse[0] and the gradients. */
 typedef struct {
-    bool bwd, given_idx, bs, no_slc;
+    bool bwd, given_idx, bs;
     int T, HQ, H, DK, DV, S;
     clnsa_dtype dt;
     cl_mem q, k, v, g[3], idx, o, lse[3], bi, dout, dq, dk, dv, dg[3], ws;

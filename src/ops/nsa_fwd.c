@@ -112,16 +112,23 @@ static clnsa_status plan_topk(clnsa_context *ctx, op_plan *p, const nsa_problem 
     return plan_args_done(ctx, &a, "nsa_topk arguments");
 }
 
+/* The forward without the selected branch (nor the top-k) whose
+ * work-group's warps share a tile of the compressed rows (CMP_TILE). */
+static bool cmp_tiled(const nsa_problem *pb, attn_kind kind, bool fused)
+{
+    return kind == ATTN_FWD && !fused && !pb->has_slc && pb->cmp_tile;
+}
+
 /* The tuning family of a per-query warp kernel, tuned apart by use: the
  * forward that runs the top-k; the forward without the selected branch
- * whose work-group shares a compressed tile (CMP_TILE below); the
+ * whose work-group shares a compressed tile (cmp_tiled); the
  * backward's prologue; the forward given its selection, with the
  * compressed branch and without it; dq, keeping the compressed branch's dS
  * or recomputing it. */
 static int warp_family_of(const nsa_problem *pb, attn_kind kind, bool fused)
 {
     if (fused) return TF_NSA_FWD_FUSED_WARP;
-    if (kind == ATTN_FWD && !pb->has_slc && pb->cmp_tile) return TF_NSA_FWD_CMP_TILE_WARP;
+    if (cmp_tiled(pb, kind, fused)) return TF_NSA_FWD_CMP_TILE_WARP;
     if (kind == ATTN_BWD_PRE) return TF_NSA_BWD_PRE_WARP;
     if (kind == ATTN_DQ) return pb->has_cmp && !pb->dsc_keep ? TF_NSA_DQ_RECOMPUTE_WARP : TF_NSA_DQ_WARP;
     return pb->has_cmp ? TF_NSA_FWD_CMP_WARP : TF_NSA_FWD_WARP;
@@ -162,7 +169,7 @@ clnsa_status nsa_plan_query_kernel(clnsa_context *ctx, op_plan *p, const nsa_pro
         append(defines, sizeof defines, strlen(defines),
                "#define CMP_TILE %d\n#define V_EARLY %d\n#define V_STAGE %d\n#define ACC_TRANS %d\n#define WHOLE_SLC %d\n"
                "#define WHOLE_CMP_SWA %d\n",
-               staged && !fused && pb->cmp_tile, lean && !staged, staged,
+               cmp_tiled(pb, kind, fused), lean && !staged, staged,
                staged || kind == ATTN_DQ /* dq: dS K from local K tiles */, lean || fused, lean);
         if (kind == ATTN_DQ) /* the selected and compressed branches' dS from their dk/dv passes */
             append(defines, sizeof defines, strlen(defines), "#define DS_KEEP %d\n#define KSP %d\n#define DSC_KEEP %d\n",

@@ -107,8 +107,8 @@ static bool topk_fused(const nsa_case *c)
     return c->cmp && c->HQ / c->H <= 16 && c->S <= 32 && !(e && strcmp(e, "0") == 0);
 }
 
-/* The define of the forward that may read a work-group's compressed tile:
- * on, unless CLNSA_CMP_TILE=0 says not to. */
+/* Whether the forward that may read a work-group's compressed tile does
+ * (unless CLNSA_CMP_TILE=0 says not to), and its define. */
 static bool cmp_tile_on(void)
 {
     const char *e = getenv("CLNSA_CMP_TILE");

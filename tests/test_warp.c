@@ -352,7 +352,8 @@ static void test_forward_families(void **state)
  * (warp_attn.h's CMP_TILE) with 4 and 2 warps a work-group (chunks of 16
  * keys; and 4 warps with chunks of 32, the H200's fastest), the tile shared
  * where a work-group's tokens are of one sequence and read warp by warp
- * where they straddle a sequence's end (the varlen case). Its work-group
+ * where they straddle a sequence's end (the varlen case), with the window
+ * and without it (the compressed branch alone). Its work-group
  * and chunk come from a family of its own (nsa_fwd_cmp_tile_warp), which
  * the user file sets here. On the emulated path, where a group is always
  * one warp, only that: the compressed branch alone takes that family's
@@ -365,6 +366,9 @@ static void test_cmp_tile_work_groups(void **state)
     static const int cu[] = {0, 37, 37, 330, 400};
     static const nsa_case c = {"warp compressed and window, varlen, work-groups", 1, 400, 16, 1, 16, 16, cu, 4, 8, 2, 4, 4, 16, 1, 2,
                                true, false, true, false, false, false, false, false, BF16, false};
+    /* the same without the window: the compressed branch alone */
+    static const nsa_case c1 = {"warp compressed only, varlen, work-groups", 1, 400, 16, 1, 16, 16, cu, 4, 8, 2, 4, 4, 16, 1, 2,
+                                true, false, false, false, false, false, false, false, BF16, false};
     if (!nsa_case_selected(c.name)) return;
     const clnsa_context_options o = test_warp_options(clnsa_context_device_info(env.ctx));
     const bool tiled = cmp_tile_on();
@@ -392,6 +396,7 @@ static void test_cmp_tile_work_groups(void **state)
     for (int i = 0; i < 3; ++i) {
         test_env te = env;
         te.ctx = test_context_with_tuning(&env, &o, entries[i]);
+        case_checked(&te, &c1, 4520 + (uint64_t)i);
         case_checked(&te, &c, 4500 + (uint64_t)i);
         assert_true(program_built_with(te.ctx, tiled ? nw[i] : "#define NW 1\n", tiled ? kc[i] : kc_untiled[i], cmp_tile_define()));
         clnsa_context_destroy(te.ctx);

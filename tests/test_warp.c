@@ -366,10 +366,10 @@ static void test_cmp_tile_work_groups(void **state)
     static const int cu[] = {0, 37, 37, 330, 400};
     static const nsa_case c = {"warp compressed and window, varlen, work-groups", 1, 400, 16, 1, 16, 16, cu, 4, 8, 2, 4, 4, 16, 1, 2,
                                true, false, true, false, false, false, false, false, BF16, false};
-    /* the same without the window: the compressed branch alone */
-    static const nsa_case c1 = {"warp compressed only, varlen, work-groups", 1, 400, 16, 1, 16, 16, cu, 4, 8, 2, 4, 4, 16, 1, 2,
-                                true, false, false, false, false, false, false, false, BF16, false};
     if (!nsa_case_selected(c.name)) return;
+    nsa_case c1 = c; /* the same without the window: the compressed branch alone */
+    c1.name = "warp compressed only, varlen, work-groups";
+    c1.swa = false;
     const clnsa_context_options o = test_warp_options(clnsa_context_device_info(env.ctx));
     const bool tiled = cmp_tile_on();
     if (emulated) {

@@ -233,7 +233,7 @@ __kernel __attribute__((reqd_work_group_size(NW * WARP, 1, 1))) void nsa_fwd(
     else
 #endif
         warp_attend_range(qa, m, l, acc, kc + at4(kc_off, kc_st, b, row0, h, 0), kc_st.y,
-                          vc + at4(vc_off, vc_st, b, row0, h, 0), vc_st.y, nvis, sl2, WHOLE_CMP_SWA, vt, ws);
+                          vc + at4(vc_off, vc_st, b, row0, h, 0), vc_st.y, nvis, sl2, WHOLE_CMP_SWA, 0, vt, ws);
     DONE(cmp, c, true, !HAS_SLC && !HAS_SWA);
 #endif
 
@@ -271,7 +271,7 @@ __kernel __attribute__((reqd_work_group_size(NW * WARP, 1, 1))) void nsa_fwd(
 #endif
             if (r.y == 0) continue; /* the same for the whole warp */
             warp_attend_range(qa, m, l, acc, kb + (idx_t)r.x * k_st.y, k_st.y, vb + (idx_t)r.x * v_st.y, v_st.y, r.y,
-                              sl2, WHOLE_SLC, vt, ws);
+                              sl2, WHOLE_SLC, K_LINES, vt, ws);
         }
     }
     DONE(slc, s, !HAS_CMP, !HAS_SWA);
@@ -283,7 +283,8 @@ __kernel __attribute__((reqd_work_group_size(NW * WARP, 1, 1))) void nsa_fwd(
         const int key0 = swa_key0(tl);
         __global const store_t *kb = k + at4(k_off, k_st, b, sq.start + key0, h, 0);
         __global const store_t *vb = v + at4(v_off, v_st, b, sq.start + key0, h, 0);
-        warp_attend_range(qa, m, l, acc, kb, k_st.y, vb, v_st.y, live ? tl + 1 - key0 : 0, sl2, WHOLE_CMP_SWA, vt, ws);
+        warp_attend_range(qa, m, l, acc, kb, k_st.y, vb, v_st.y, live ? tl + 1 - key0 : 0, sl2, WHOLE_CMP_SWA, 0, vt,
+                          ws);
     }
     DONE(swa, w, !HAS_CMP && !HAS_SLC, true);
 #endif

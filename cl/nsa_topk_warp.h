@@ -162,7 +162,7 @@ inline void topk_lse(const word_t *qa, int tile, __global const store_t *k, idx_
     float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f}, s[KC / 2], mx[2], alpha[2];
     for (int c0 = 0; c0 < n; c0 += KC) {
         const int hi = min(KC, n - c0);
-        warp_scores(s, qa, k + (idx_t)c0 * k_rs, k_rs, 0, hi, ws);
+        warp_scores(s, qa, k + (idx_t)c0 * k_rs, k_rs, 0, hi, 0, ws);
         warp_mask(s, sl2, hi, mx);
         warp_softmax(s, mx, m, l, alpha, ws);
     }
@@ -209,7 +209,7 @@ inline void topk_select(word_t *qa, __global const store_t *qh, idx_t hs, const 
             for (int i = 0; i < KC / 4; ++i) colp[i] = 0.0f;
             for (int tile = 0; tile < NGT; ++tile) {
                 if (NGT > 1) topk_queries(qh, hs, tile, qa);
-                warp_scores(s, qa, kb + (idx_t)(i_lo + k0) * k_rs, k_rs, 0, hi, ws);
+                warp_scores(s, qa, kb + (idx_t)(i_lo + k0) * k_rs, k_rs, 0, hi, 0, ws);
                 warp_mask(s, sl2, hi, mx);
                 topk_add_probs(s, lse2 + 2 * tile, colp);
             }

@@ -116,6 +116,51 @@ inline void copy_chunk_async(__local store_t *dst, __global const store_t *src, 
 DEFINE_KFRAG(__global, load_kfrag, global_col)
 DEFINE_KFRAG(__local, lds_kfrag, tile_col)
 
+/* K_LINES (set by the host): the B fragments of Q K^T read as whole lines.
+ * load_kfrag's reads cover 8 rows x 16 elements a quad (half a 128-byte
+ * line of each row in 16-bit types), which L1 serves at about half the
+ * rate of whole lines (bench/RESULTS.md, twentieth session). Here the two
+ * quads of a pair (gq = 2c, 2c+1: score columns 2c and 2c+1, both held by
+ * lane t = c of the accumulators) read rows a = 2c and b = 2c+1 of the
+ * n-block together, 64 contiguous elements a row and instruction: the
+ * even quad takes a's first 32 and b's last 32 of each 64, the odd quad
+ * the other halves. So in the k-steps of the first halves (kp even) the
+ * columns are (a, b), in those of the last halves (b, a): each runs in an
+ * accumulator of its own, and the scores are their sums across the pair
+ * of columns (kline_reads and kline_words give the words in that order, the
+ * SELs putting each quad's halves where its k-steps want them). Q's fragments
+ * are unchanged: lane t still holds dims 32kp + 8t .. +7 of its row. */
+#ifndef K_LINES
+#define K_LINES 0
+#endif
+/* The pair's reads of row r's n-block (r = 8nb + gq): xy[2L], xy[2L+1] the
+ * 64-element pieces L of rows a and b, each quad's half of them. */
+inline void kline_reads(__global const store_t *base, idx_t rs, int r, int lo, int hi, int dim, word4_t *xy)
+{
+    const int t = lane_id() & 3, odd = (lane_id() >> 2) & 1, ra = r & ~1, rb = r | 1;
+    __global const store_t *pa = base + (idx_t)clamp(ra, lo, hi - 1) * rs + 32 * odd + 8 * t;
+    __global const store_t *pb = base + (idx_t)clamp(rb, lo, hi - 1) * rs + 32 * (odd ^ 1) + 8 * t;
+    const bool va = ra >= lo && ra < hi, vb = rb >= lo && rb < hi;
+    for (int L = 0; L < dim / 64; ++L) {
+        /* unconditional reads of the clamped rows, zeroed after (as load_kfrag) */
+        const word4_t x = *(__global const word4_t *)(pa + 64 * L), y = *(__global const word4_t *)(pb + 64 * L);
+        xy[2 * L] = va ? x : (word4_t)(0);
+        xy[2 * L + 1] = vb ? y : (word4_t)(0);
+    }
+}
+
+/* kline_reads' pieces as load_kfrag's words: the even quad's first-half
+ * k-steps (kp = 2L) take row a's piece and its last-half ones row b's, the
+ * odd quad's the other way round (two SELs a word). */
+inline void kline_words(const word4_t *xy, int dim, word_t *w)
+{
+    const int odd = (lane_id() >> 2) & 1;
+    for (int L = 0; L < dim / 64; ++L) {
+        SPLIT_WORDS4(odd ? xy[2 * L + 1] : xy[2 * L], w + 8 * L);
+        SPLIT_WORDS4(odd ? xy[2 * L] : xy[2 * L + 1], w + 8 * L + 4);
+    }
+}
+
 inline void load_cols(__global const store_t *base, idx_t rs, int r, int dim, bool valid, bool guard, word_t *w)
 {
     const int n = dim / 16, e0 = (lane_id() >> 2) * (dim / 8);
@@ -416,6 +461,35 @@ inline void warp_reset(float *m, float *l, float *acc)
 DEFINE_CHUNK_PRODUCTS(__global, warp_products, load_kfrag)
 DEFINE_CHUNK_PRODUCTS(__local, lds_products, lds_kfrag)
 
+/* warp_products with K_LINES's reads (above): the k-steps of first halves
+ * (kp = kk/2 even) in p[0], of last halves in p[1], the columns of p[1]
+ * swapped within the lane's pair. */
+inline void line_products(float *s, const word_t *a, __global const store_t *k, idx_t k_rs, int lo, int hi, int dim,
+                          __local uint *ws)
+{
+    const int gq = lane_id() >> 2;
+    /* every n-block's reads before any product: read per n-block, the fused
+     * forward lost 8% to reads ptxas held back, and 2% read so */
+    word4_t xy[KC / 8][DK >= 64 ? DK / 32 : 2];
+#pragma unroll
+    for (int nb = 0; nb < KC / 8; ++nb) kline_reads(k, k_rs, 8 * nb + gq, lo, hi, dim, xy[nb]);
+#pragma unroll
+    for (int nb = 0; nb < KC / 8; ++nb) {
+        word_t kw[32];
+        kline_words(xy[nb], dim, kw);
+        float p[2][4] = {{0.0f, 0.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f, 0.0f}};
+#pragma unroll
+        for (int kk = 0; kk < dim / 16; ++kk) {
+            float *pk = p[(kk >> 1) & 1];
+            mma16816(pk, a[4 * kk], a[4 * kk + 1], a[4 * kk + 2], a[4 * kk + 3], kw[2 * kk], kw[2 * kk + 1], ws);
+        }
+        s[4 * nb] = p[0][0] + p[1][1];
+        s[4 * nb + 1] = p[0][1] + p[1][0];
+        s[4 * nb + 2] = p[0][2] + p[1][3];
+        s[4 * nb + 3] = p[0][3] + p[1][2];
+    }
+}
+
 /* warp_accumulate one k-step kk at a time: the words of the 4 rows a lane
  * reads for it (16kk + 2t, +1, +8, +9; load_cols, dim/16 <= COL_WORDS
  * words each), then its products. */
@@ -448,10 +522,13 @@ inline void warp_accumulate(float *c, const float *p, __global const store_t *x,
     }
 }
 
+/* The scores of a chunk of global K rows, read as whole lines with `lines`
+ * (a constant at each call; K_LINES above). */
 inline void warp_scores(float *s, const word_t *qa, __global const store_t *k, idx_t k_rs, int lo, int hi,
-                        __local uint *ws)
+                        int lines, __local uint *ws)
 {
-    warp_products(s, qa, k, k_rs, lo, hi, DK, ws);
+    if (DK % 64 == 0 && lines) line_products(s, qa, k, k_rs, lo, hi, DK, ws);
+    else warp_products(s, qa, k, k_rs, lo, hi, DK, ws);
 }
 
 /* Scales the scores to log2 units, masks chunk columns n and later (-inf),
@@ -536,8 +613,8 @@ inline bool warp_softmax(float *s, const float *mx, float *m, float *l, float *a
  * the H200: 16.6 -> 16.2 ms); the one with it, which keeps the top-k's
  * state live too, did not (26.7 -> 27.0 ms). */
 inline void warp_attend_chunk(const word_t *qa, float *m, float *l, float *acc, __global const store_t *k, idx_t k_rs,
-                              __global const store_t *v, idx_t v_rs, int n, float scale_log2, __local store_t *vt,
-                              __local uint *ws)
+                              __global const store_t *v, idx_t v_rs, int n, float scale_log2, int lines,
+                              __local store_t *vt, __local uint *ws)
 {
     float s[KC / 2], mx[2], alpha[2];
 #if V_STAGE
@@ -551,7 +628,7 @@ inline void warp_attend_chunk(const word_t *qa, float *m, float *l, float *acc, 
 #pragma unroll
     for (int kk = 0; kk < KC / 16; ++kk) load_step_cols(xs[kk], v, v_rs, kk, 0, n, DV);
 #endif
-    warp_scores(s, qa, k, k_rs, 0, n, ws);
+    warp_scores(s, qa, k, k_rs, 0, n, lines, ws);
     warp_mask(s, scale_log2, n, mx);
     if (warp_softmax(s, mx, m, l, alpha, ws)) {
 #pragma unroll
@@ -582,14 +659,14 @@ inline void warp_attend_chunk(const word_t *qa, float *m, float *l, float *acc, 
  * selected branch split, but 194 registers and 31.1 ms with every branch
  * split. dq's loop, split the same way, went 30.4 -> 31.7 ms. */
 inline void warp_attend_range(const word_t *qa, float *m, float *l, float *acc, __global const store_t *k, idx_t k_rs,
-                              __global const store_t *v, idx_t v_rs, int n, float scale_log2, int whole,
+                              __global const store_t *v, idx_t v_rs, int n, float scale_log2, int whole, int lines,
                               __local store_t *vt, __local uint *ws)
 {
     for (int c0 = 0; c0 < n; c0 += KC) {
         const int hi = min(KC, n - c0);
         __global const store_t *kc0 = k + (idx_t)c0 * k_rs, *vc0 = v + (idx_t)c0 * v_rs;
-        if (whole && hi == KC) warp_attend_chunk(qa, m, l, acc, kc0, k_rs, vc0, v_rs, KC, scale_log2, vt, ws);
-        else warp_attend_chunk(qa, m, l, acc, kc0, k_rs, vc0, v_rs, hi, scale_log2, vt, ws);
+        if (whole && hi == KC) warp_attend_chunk(qa, m, l, acc, kc0, k_rs, vc0, v_rs, KC, scale_log2, lines, vt, ws);
+        else warp_attend_chunk(qa, m, l, acc, kc0, k_rs, vc0, v_rs, hi, scale_log2, lines, vt, ws);
     }
 }
 

@@ -84,8 +84,10 @@ static const nsa_case warp_cases[] = {
     /* DV = 128, as in the anchor configuration: the forward given indices and the backward's prologue (an
      * even place in the table: no saved branch outputs) read V rows into registers in two 16-byte pieces a
      * row (warp_attn.h's load_cols) and store two (store_row). A case of its own, last so that the others
-     * keep their places: test_forward_families, which Oclgrind runs (.ci/matrix.sh), keeps the DV 16 one. */
-    {"warp DK=48 DV=128 given indices and counts", 2, 40, 8, 2, 48, 128, NULL, 0, 8, 5, 8, 8, 0, 1, 2, false, true, false, true, true, false, false, false, BF16, false},
+     * keep their places: test_forward_families, which Oclgrind runs (.ci/matrix.sh), keeps the DV 16 one.
+     * DK = 64: the forward given indices reads its K rows in whole lines there (warp_attn.h's K_LINES),
+     * which needs DK a multiple of 64 (the DV 16 case keeps DK 48, the reads' 16-element tail). */
+    {"warp DK=64 DV=128 given indices and counts", 2, 40, 8, 2, 64, 128, NULL, 0, 8, 5, 8, 8, 0, 1, 2, false, true, false, true, true, false, false, false, BF16, false},
 };
 static const size_t warp_case_count = sizeof warp_cases / sizeof warp_cases[0];
 
@@ -122,7 +124,7 @@ static const char *cmp_tile_define(void) { return cmp_tile_on() ? "#define CMP_T
 static void test_forward(void **state)
 {
     (void)state;
-    bool ran = false, topk_kernel = false, fused = false, unfused = false, unfused_noslc = false;
+    bool ran = false, topk_kernel = false, fused = false, unfused = false, unfused_noslc = false, lines = false;
     for (size_t i = 0; i < warp_case_count; ++i) {
         const nsa_case *c = &warp_cases[i];
         if (!nsa_case_selected(c->name)) continue;
@@ -136,6 +138,7 @@ static void test_forward(void **state)
         ran = true;
         if (r.topk_ran) *(topk_fused(c) ? &fused : &topk_kernel) = true;
         if (!r.topk_ran || !topk_fused(c)) *(c->slc ? &unfused : &unfused_noslc) = true;
+        if ((!r.topk_ran || !topk_fused(c)) && c->slc && c->dt != CLNSA_DTYPE_F32 && c->DK % 64 == 0) lines = true;
         nsa_run_free(&r);
     }
     if (ran) assert_true(built("nsa_fwd_warp.cl"));
@@ -144,13 +147,16 @@ static void test_forward(void **state)
      * CLNSA_CMP_TILE=0 says not to) in the forward that stages V without running the top-k,
      * never in the one that runs it. */
     const char *tile = cmp_tile_define();
-    if (fused) /* the forward that runs the top-k itself stages V, whole chunks unguarded in its selected branch */
+    if (fused) /* the forward that runs the top-k itself stages V, whole chunks unguarded in its selected branch,
+                * K rows read as fragments */
         assert_true(built("#define FUSED_TOPK 1\n") &&
-                    built("#define CMP_TILE 0\n#define V_EARLY 0\n#define V_STAGE 1\n#define ACC_TRANS 1\n#define WHOLE_SLC 1\n"
-                          "#define WHOLE_CMP_SWA 0\n"));
+                    built("#define K_LINES 0\n#define CMP_TILE 0\n#define V_EARLY 0\n#define V_STAGE 1\n#define ACC_TRANS 1\n"
+                          "#define WHOLE_SLC 1\n#define WHOLE_CMP_SWA 0\n"));
     if (unfused) /* the forward without it loads V with K and runs whole chunks unguarded in every branch */
         assert_true(built("#define CMP_TILE 0\n#define V_EARLY 1\n#define V_STAGE 0\n#define ACC_TRANS 0\n#define WHOLE_SLC 1\n"
                           "#define WHOLE_CMP_SWA 1\n"));
+    if (lines) /* ... and reads its selected K rows as whole lines in 16-bit types, DK a multiple of 64 */
+        assert_true(built("#define K_LINES 1\n#define CMP_TILE 0\n#define V_EARLY 1\n"));
     if (unfused_noslc) /* ... but stages V where no selected branch runs (every such case has the compressed branch) */
         assert_true(program_built_with(env.ctx, tile, "#define V_EARLY 0\n#define V_STAGE 1\n#define ACC_TRANS 1\n#define WHOLE_SLC 1\n"
                                        "#define WHOLE_CMP_SWA 1\n", NULL));

@@ -50,6 +50,17 @@ static void warp_defines(const nsa_problem *pb, const warp_params *wp, int qk_ch
            wp->wg / 32, (pb->G + 15) / 16, wp->kc, pb->warp == WARP_NV ? 1 : 0, qk_chains);
 }
 
+/* Whether the selected branch reads its K rows in whole lines (warp_attn.h's
+ * K_LINES): in the forward given its selection, 16-bit types. On the H200
+ * at the anchor's shape (2026-11-29) that forward took 1.67 ms at 8k and
+ * 14.65 at 64k against 1.74 and 14.85; the forward that runs the top-k
+ * lost 2% with it (1.85 against 1.81 at 8k), as its register budget
+ * leaves ptxas fewer reads in flight, so it keeps the fragment reads. */
+static int k_lines(const nsa_problem *pb, bool lean)
+{
+    return lean && pb->has_slc && pb->dtype != CLNSA_DTYPE_F32;
+}
+
 /* Whether the forward's warp kernel runs the top-k itself (FUSED_TOPK in
  * nsa_fwd_warp.cl): the compressed branch is on (its log-sum-exp is the
  * top-k's first pass), one head tile (G <= 16), a list in registers
@@ -167,9 +178,9 @@ clnsa_status nsa_plan_query_kernel(clnsa_context *ctx, op_plan *p, const nsa_pro
         const bool lean = kind == ATTN_FWD && !fused;
         const bool staged = kind == ATTN_FWD && (fused || !pb->has_slc);
         append(defines, sizeof defines, strlen(defines),
-               "#define CMP_TILE %d\n#define V_EARLY %d\n#define V_STAGE %d\n#define ACC_TRANS %d\n#define WHOLE_SLC %d\n"
-               "#define WHOLE_CMP_SWA %d\n",
-               cmp_tiled(pb, kind, fused), lean && !staged, staged,
+               "#define K_LINES %d\n#define CMP_TILE %d\n#define V_EARLY %d\n#define V_STAGE %d\n#define ACC_TRANS %d\n"
+               "#define WHOLE_SLC %d\n#define WHOLE_CMP_SWA %d\n",
+               k_lines(pb, lean), cmp_tiled(pb, kind, fused), lean && !staged, staged,
                staged || kind == ATTN_DQ /* dq: dS K from local K tiles */, lean || fused, lean);
         if (kind == ATTN_DQ) /* the selected and compressed branches' dS from their dk/dv passes */
             append(defines, sizeof defines, strlen(defines), "#define DS_KEEP %d\n#define KSP %d\n#define DSC_KEEP %d\n",

@@ -479,10 +479,9 @@ inline void line_products(float *s, const word_t *a, __global const store_t *k, 
         kline_words(xy[nb], dim, kw);
         float p[2][4] = {{0.0f, 0.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f, 0.0f}};
 #pragma unroll
-        for (int kk = 0; kk < dim / 16; ++kk) {
-            float *pk = p[(kk >> 1) & 1];
-            mma16816(pk, a[4 * kk], a[4 * kk + 1], a[4 * kk + 2], a[4 * kk + 3], kw[2 * kk], kw[2 * kk + 1], ws);
-        }
+        for (int kk = 0; kk < dim / 16; ++kk)
+            mma16816(p[(kk >> 1) & 1], a[4 * kk], a[4 * kk + 1], a[4 * kk + 2], a[4 * kk + 3], kw[2 * kk], kw[2 * kk + 1],
+                     ws);
         s[4 * nb] = p[0][0] + p[1][1];
         s[4 * nb + 1] = p[0][1] + p[1][0];
         s[4 * nb + 2] = p[0][2] + p[1][3];

@@ -137,8 +137,9 @@ static void test_forward(void **state)
         nsa_check_forward(&r);
         ran = true;
         if (r.topk_ran) *(topk_fused(c) ? &fused : &topk_kernel) = true;
-        if (!r.topk_ran || !topk_fused(c)) *(c->slc ? &unfused : &unfused_noslc) = true;
-        if ((!r.topk_ran || !topk_fused(c)) && c->slc && c->dt != CLNSA_DTYPE_F32 && c->DK % 64 == 0) lines = true;
+        const bool own_topk = r.topk_ran && topk_fused(c);
+        if (!own_topk) *(c->slc ? &unfused : &unfused_noslc) = true;
+        if (!own_topk && c->slc && c->dt != CLNSA_DTYPE_F32 && c->DK % 64 == 0) lines = true;
         nsa_run_free(&r);
     }
     if (ran) assert_true(built("nsa_fwd_warp.cl"));

@@ -51,14 +51,15 @@ static void warp_defines(const nsa_problem *pb, const warp_params *wp, int qk_ch
 }
 
 /* Whether the selected branch reads its K rows in whole lines (warp_attn.h's
- * K_LINES): in the forward given its selection, 16-bit types. On the H200
+ * K_LINES): in the forward given its selection, 16-bit types, DK a
+ * multiple of 64 (the kernel reads fragments otherwise). On the H200
  * at the anchor's shape (2026-11-29) that forward took 1.67 ms at 8k and
  * 14.65 at 64k against 1.74 and 14.85; the forward that runs the top-k
  * lost 2% with it (1.85 against 1.81 at 8k), as its register budget
  * leaves ptxas fewer reads in flight, so it keeps the fragment reads. */
 static int k_lines(const nsa_problem *pb, bool lean)
 {
-    return lean && pb->has_slc && pb->dtype != CLNSA_DTYPE_F32;
+    return lean && pb->has_slc && pb->dtype != CLNSA_DTYPE_F32 && pb->DK % 64 == 0;
 }
 
 /* Whether the forward's warp kernel runs the top-k itself (FUSED_TOPK in

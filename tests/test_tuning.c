@@ -342,9 +342,11 @@ static void run_tool(const char *cmd, const char *log)
 }
 
 /* `clnsa tune` on a tiny shape class (with a device made smaller, so some
- * candidates are dropped before compiling), then its file as the user file:
- * the tuned parameters are chosen and built, and the forward agrees with the
- * default context's. */
+ * candidates are dropped before compiling) at two lengths, each
+ * candidate's times at both written beside the time that weighs them,
+ * then its file as the user file: the tuned parameters are chosen and
+ * built, and the forward agrees with the default context's. (The
+ * block-sparse families' run below times one length.) */
 static void test_tune_run(void **state)
 {
     (void)state;
@@ -361,7 +363,7 @@ static void test_tune_run(void **state)
     if (dev && sscanf(dev, "%d:%d", &p, &d) == 2) snprintf(devopt, sizeof devopt, " --device %d:%d", p, d);
     snprintf(cmd, sizeof cmd,
              "CLNSA_MAX_LOCAL_MEM=12288 %s tune --family nsa_fwd,nsa_bwd_dkdv --D 32 --G 4 --block 16 --dtype f32 "
-             "--T 45 --H 2 --S 4 --window 8 --budget 3 --repeat 1 --seed 3 --out %s%s > %s/tune.log 2>&1",
+             "--T 45,60 --H 2 --S 4 --window 8 --budget 3 --repeat 1 --seed 3 --out %s%s > %s/tune.log 2>&1",
              exe, out, devopt, tmpdir);
     run_tool(cmd, "tune.log");
 
@@ -385,6 +387,9 @@ static void test_tune_run(void **state)
     text[n] = '\0';
     assert_non_null(strstr(text, "\"unfit\": "));
     assert_null(strstr(text, "\"unfit\": 0,"));
+    assert_non_null(strstr(text, "\"T\": [45, 60]"));
+    assert_non_null(strstr(text, "\"ms_at_T\": ["));
+    assert_non_null(strstr(text, "\"time_ms_at_T\": ["));
 
     clnsa_context *tuned = context_with(out, CLNSA_SUCCESS);
     tune_choice c = choose(tuned, TF_NSA_FWD, &tiny);

@@ -448,6 +448,23 @@ static int cmp_double(const void *a, const void *b)
 
 void cli_sort_doubles(double *x, size_t n) { qsort(x, n, sizeof *x, cmp_double); }
 
+int cli_parse_int_list(const char *cmd, const char *opt, const char *s, int lo, int hi, int *out, int max)
+{
+    int n = 0;
+    for (const char *p = s;;) {
+        char *end;
+        const long x = strtol(p, &end, 10);
+        if (end == p || x < lo || x > hi || n == max || (*end != ',' && *end != '\0')) {
+            fprintf(stderr, "clnsa %s: %s: expected a comma-separated list of at most %d integers in [%d, %d], got '%s'\n",
+                    cmd, opt, max, lo, hi, s);
+            return -1;
+        }
+        out[n++] = (int)x;
+        if (*end == '\0') return n;
+        p = end + 1;
+    }
+}
+
 /* ---------------------------------------------------------------- misc */
 
 const char *cli_shape_str(int ndim, const int64_t *shape, char *buf, size_t size)

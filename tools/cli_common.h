@@ -115,6 +115,10 @@ double cli_now_ms(void);
 /* Sorts n times (ms) in ascending order, for medians and extremes. */
 void cli_sort_doubles(double *x, size_t n);
 
+/* Parses s, a comma-separated list of at most max integers in [lo, hi],
+ * into out: their count, or -1 after a message naming cmd and opt. */
+int cli_parse_int_list(const char *cmd, const char *opt, const char *s, int lo, int hi, int *out, int max);
+
 /* ---------------------------------------------------------------- misc */
 
 /* Contiguous views of rank 4 and 3. */

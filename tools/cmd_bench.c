@@ -541,17 +541,9 @@ int cmd_bench(int argc, char **argv)
         return CLI_OK;
     }
     if (rc) return rc;
-    int Ts[16], nT = 0;
-    for (const char *p = o.Ts; *p && nT < 16;) {
-        char *end;
-        const long t = strtol(p, &end, 10);
-        if (end == p || t < 1 || t > (1 << 24)) {
-            fprintf(stderr, "clnsa bench: --T: expected a comma-separated list of token counts, got '%s'\n", o.Ts);
-            return CLI_USAGE;
-        }
-        Ts[nT++] = (int)t;
-        p = *end == ',' ? end + 1 : end;
-    }
+    int Ts[16];
+    const int nT = cli_parse_int_list("bench", "--T", o.Ts, 1, 1 << 24, Ts, 16);
+    if (nT < 0) return CLI_USAGE;
     bool run[M_COUNT];
     for (int m = 0; m < M_COUNT; ++m) {
         const size_t n = strlen(method_names[m]);

@@ -14,7 +14,10 @@
  * equal or within 1e-5 relative L2 (the selected blocks: equal sets), so a
  * wrong but fast candidate is never chosen. Times are the median over
  * --repeat runs of the family's kernel alone, from OpenCL profiling events.
- * The result is a tuning file the library reads as it is (CLNSA_TUNING_FILE,
+ * With several lengths (--T 8192,65536) a candidate is timed at each, and
+ * its time is the safe default's summed over them times the candidate's
+ * mean ratio to the safe default's time at each (weighted_ms): every
+ * length counts alike, however long its runs. The result is a tuning file the library reads as it is (CLNSA_TUNING_FILE,
  * or tuning/ through --merge). */
 #include "cli_common.h"
 #include "cmds.h"
@@ -39,8 +42,22 @@ typedef struct {
     int v[TUNE_MAX_PARAMS];
     int state, verdict;
     double ms, err;
+    double ms_at[TUNE_MAX_T]; /* the median at each timed length; ms weighs them (weighted_ms) */
     char why[200];
 } candidate;
+
+/* The time of a candidate timed at n lengths (ms_at) against the safe
+ * default's times there (base_at): the default's sum times the mean of the
+ * ratios, so that the default's is its own sum and one length is its time. */
+static double weighted_ms(const double *ms_at, const double *base_at, int n)
+{
+    double sum = 0, ratio = 0;
+    for (int i = 0; i < n; ++i) {
+        sum += base_at[i];
+        ratio += ms_at[i] / base_at[i];
+    }
+    return n == 1 ? ms_at[0] : sum * ratio / n;
+}
 
 static bool same_values(const int *a, const int *b, int n)
 {
@@ -96,8 +113,8 @@ static candidate *make_candidates(const clnsa_device_info *info, int family, con
 
 typedef struct {
     const cli_env *env;
-    op_setup *setups[2]; /* check, timing */
-    int family, n, next;
+    op_setup *setups[1 + TUNE_MAX_T]; /* the check, then one a timed length */
+    int nsetups, family, n, next;
     candidate *c;
     bool stop;
     pthread_mutex_t m;
@@ -111,7 +128,7 @@ static void build_one(builder *b, candidate *c)
     memcpy(h.v, c->v, sizeof h.v);
     tune_hook_set(&h);
     clnsa_status st = CLNSA_SUCCESS;
-    for (int i = 0; i < 2 && st == CLNSA_SUCCESS; ++i) st = tune_call_op(b->env, b->setups[i], b->setups[i]->bwd, NULL);
+    for (int i = 0; i < b->nsetups && st == CLNSA_SUCCESS; ++i) st = tune_call_op(b->env, b->setups[i], b->setups[i]->bwd, NULL);
     tune_hook_set(NULL);
     pthread_mutex_lock(&b->m);
     if (st != CLNSA_SUCCESS) {
@@ -214,15 +231,21 @@ static int cmp_double(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
-static int time_candidate(const cli_env *env, op_setup *s, int family, const int *v, int repeat, double *median)
+/* Times candidate c at each of the n lengths (setups s), after a warm-up
+ * run at each; base: the safe default's times (c's own for the default). */
+static int time_candidate(const cli_env *env, op_setup *const *s, int n, int family, candidate *c, const double *base,
+                          int repeat)
 {
     double ms[64];
     if (repeat > 64) repeat = 64;
-    if (run_forced(env, s, family, v, &ms[0])) return -1; /* warm-up */
-    for (int i = 0; i < repeat; ++i)
-        if (run_forced(env, s, family, v, &ms[i])) return -1;
-    qsort(ms, (size_t)repeat, sizeof ms[0], cmp_double);
-    *median = ms[repeat / 2];
+    for (int t = 0; t < n; ++t) {
+        if (run_forced(env, s[t], family, c->v, &ms[0])) return -1; /* warm-up */
+        for (int i = 0; i < repeat; ++i)
+            if (run_forced(env, s[t], family, c->v, &ms[i])) return -1;
+        qsort(ms, (size_t)repeat, sizeof ms[0], cmp_double);
+        c->ms_at[t] = ms[repeat / 2];
+    }
+    c->ms = weighted_ms(c->ms_at, base ? base : c->ms_at, n);
     return 0;
 }
 
@@ -276,7 +299,7 @@ typedef struct {
 /* The fastest few and the safe default timed again, interleaved run by run
  * (so that a drift of the device's speed hits them alike), their medians
  * replacing the first ones: one lucky first timing cannot win alone. */
-static int confirm(const cli_env *env, op_setup *s, family_result *fr, int repeat)
+static int confirm(const cli_env *env, op_setup *const *s, int nt, family_result *fr, int repeat)
 {
     int idx[4] = {0}, n = 1;
     for (int k = 0; k < 3; ++k) { /* the three fastest others, by their first timing */
@@ -288,18 +311,32 @@ static int confirm(const cli_env *env, op_setup *s, family_result *fr, int repea
         }
         if (pick >= 0) idx[n++] = pick;
     }
-    double ms[4][64];
+    double ms[4][TUNE_MAX_T][64];
     if (repeat > 64) repeat = 64;
     for (int r = 0; r < repeat; ++r)
         for (int j = 0; j < n; ++j)
-            if (run_forced(env, s, fr->family, fr->c[idx[j]].v, &ms[j][r])) return -1;
-    fr->best = 0;
+            for (int t = 0; t < nt; ++t)
+                if (run_forced(env, s[t], fr->family, fr->c[idx[j]].v, &ms[j][t][r])) return -1;
+    for (int j = 0; j < n; ++j)
+        for (int t = 0; t < nt; ++t) {
+            qsort(ms[j][t], (size_t)repeat, sizeof ms[j][t][0], cmp_double);
+            fr->c[idx[j]].ms_at[t] = ms[j][t][repeat / 2];
+        }
+    fr->best = 0; /* idx[0] */
     for (int j = 0; j < n; ++j) {
-        qsort(ms[j], (size_t)repeat, sizeof ms[j][0], cmp_double);
-        fr->c[idx[j]].ms = ms[j][repeat / 2];
-        if (fr->c[idx[j]].ms < fr->c[fr->best].ms) fr->best = idx[j];
+        candidate *c = &fr->c[idx[j]];
+        c->ms = weighted_ms(c->ms_at, fr->c[0].ms_at, nt);
+        if (c->ms < fr->c[fr->best].ms) fr->best = idx[j];
     }
     return 0;
+}
+
+/* The length of the check runs: --verify-T, at most the shortest timed one. */
+static int verify_length(const tune_opts *o)
+{
+    int T = o->verify_T;
+    for (int i = 0; i < o->nT; ++i) T = o->T[i] < T ? o->T[i] : T;
+    return T;
 }
 
 static int tune_family_in(const cli_env *env, const tune_opts *o, int family, double deadline, family_result *fr)
@@ -355,26 +392,31 @@ static int tune_family_in(const cli_env *env, const tune_opts *o, int family, do
     fr->c = make_candidates(env->info, family, &pb, safe, o->budget, (uint64_t)o->seed * 7919u + (uint64_t)family,
                             &fr->n, &fr->space, &fr->unfit);
     if (!fr->c) return -1;
-    op_setup check, timing;
-    const int vt = o->verify_T < o->T ? o->verify_T : o->T;
-    if (bs ? tune_bs_setup_make(env, &check, o, vt, check_dt, bwd) : tune_setup_make(env, &check, o, vt, check_dt, bwd, given_idx, no_cmp, no_slc))
-        return -1;
-    if (bs ? tune_bs_setup_make(env, &timing, o, o->T, pb.dtype, bwd) : tune_setup_make(env, &timing, o, o->T, pb.dtype, bwd, given_idx, no_cmp, no_slc)) {
-        tune_setup_free(&check);
+    /* setups[0]: the check, at --verify-T (at most the shortest length); then one a timed length */
+    op_setup setup_mem[1 + TUNE_MAX_T], *setups[1 + TUNE_MAX_T];
+    int ns = 0, rc = 0;
+    for (int i = 0; i <= o->nT && rc == 0; ++i, ++ns) {
+        const int T = i ? o->T[i - 1] : verify_length(o);
+        const clnsa_dtype dt = i ? pb.dtype : check_dt;
+        setups[i] = &setup_mem[i];
+        rc = bs ? tune_bs_setup_make(env, setups[i], o, T, dt, bwd) : tune_setup_make(env, setups[i], o, T, dt, bwd, given_idx, no_cmp, no_slc);
+        if (rc) break;
+        if (family == TF_NSA_DQ_RECOMPUTE_WARP) /* dq recomputes the compressed branch's dS */
+            setups[i]->cfg.keep_ds = CLNSA_KEEP_DS_SELECTED;
+        rc = grow_workspace(env, setups[i], family, fr->c, fr->n);
+    }
+    if (rc) {
+        for (int i = 0; i < ns; ++i) tune_setup_free(setups[i]);
         return -1;
     }
-    if (family == TF_NSA_DQ_RECOMPUTE_WARP) /* dq recomputes the compressed branch's dS */
-        check.cfg.keep_ds = timing.cfg.keep_ds = CLNSA_KEEP_DS_SELECTED;
-    if (grow_workspace(env, &check, family, fr->c, fr->n) || grow_workspace(env, &timing, family, fr->c, fr->n)) {
-        tune_setup_free(&check);
-        tune_setup_free(&timing);
-        return -1;
-    }
+    op_setup *check = setups[0], *const *timing = setups + 1;
     const double t0 = cli_now_ms();
     fprintf(stderr, "%s: %d candidates fit (%d dropped before compiling: they do not fit the device), timing %d%s\n",
             f->name, fr->space, fr->unfit, fr->n, fr->n < fr->space ? " (seeded random sample)" : " (all)");
 
-    builder b = {env, {&check, &timing}, family, fr->n, 0, fr->c, false, PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER};
+    builder b = {.env = env, .nsetups = ns, .family = family, .n = fr->n, .c = fr->c, .m = PTHREAD_MUTEX_INITIALIZER,
+                 .cv = PTHREAD_COND_INITIALIZER};
+    memcpy(b.setups, setups, sizeof setups);
     /* On a CPU device the compiler would run on the cores being timed: build
      * in the foreground there unless --jobs says otherwise. */
     pthread_t th[8];
@@ -384,7 +426,6 @@ static int tune_family_in(const cli_env *env, const tune_opts *o, int family, do
 
     op_result ref = {0};
     const bool tty = isatty(2);
-    int rc = 0;
     for (int i = 0; i < fr->n && rc == 0; ++i) {
         candidate *c = &fr->c[i];
         if (i > 0 && cli_now_ms() > deadline) { /* out of time: keep what was measured */
@@ -395,13 +436,13 @@ static int tune_family_in(const cli_env *env, const tune_opts *o, int family, do
         op_result r = {0};
         if (c->state == C_BUILD_FAILED) {
             c->verdict = V_RUN_FAILED;
-        } else if (run_forced(env, &check, family, c->v, NULL) || tune_result_get(env, &check, i ? &r : &ref)) {
+        } else if (run_forced(env, check, family, c->v, NULL) || tune_result_get(env, check, i ? &r : &ref)) {
             c->verdict = V_RUN_FAILED;
             snprintf(c->why, sizeof c->why, "the check run failed");
         } else if (i > 0 && !((c->err = tune_result_error(&r, &ref, o->S)) <= tol)) {
             c->verdict = V_WRONG;
             snprintf(c->why, sizeof c->why, "output differs from the safe default's (rel L2 %.3g)", c->err);
-        } else if (time_candidate(env, &timing, family, c->v, o->repeat, &c->ms)) {
+        } else if (time_candidate(env, timing, o->nT, family, c, i ? fr->c[0].ms_at : NULL, o->repeat)) {
             c->verdict = V_RUN_FAILED;
             snprintf(c->why, sizeof c->why, "the timed run failed");
         } else {
@@ -427,10 +468,9 @@ static int tune_family_in(const cli_env *env, const tune_opts *o, int family, do
     b.stop = true;
     pthread_mutex_unlock(&b.m);
     for (int i = 0; i < started; ++i) pthread_join(th[i], NULL);
-    if (rc == 0 && fr->best > 0 && confirm(env, &timing, fr, o->repeat)) rc = -1;
+    if (rc == 0 && fr->best > 0 && confirm(env, timing, o->nT, fr, o->repeat)) rc = -1;
     tune_result_free(&ref);
-    tune_setup_free(&check);
-    tune_setup_free(&timing);
+    for (int i = 0; i < ns; ++i) tune_setup_free(setups[i]);
     fr->seconds = (cli_now_ms() - t0) * 1e-3;
     return rc == 0 && fr->best >= 0 ? 0 : -1;
 }
@@ -457,6 +497,16 @@ static int cmp_by_ms(const void *a, const void *b)
     return (x->ms > y->ms) - (x->ms < y->ms);
 }
 
+/* Sets key to x[0 .. n-1] (rounded to 0.1 us) as an array: the times at
+ * each length, where there are several (one is `ms` itself). */
+static void set_times(js_value *obj, const char *key, const double *x, int n)
+{
+    if (n < 2) return;
+    js_value a = {.type = JS_ARRAY};
+    for (int i = 0; i < n; ++i) js_array_push(&a, js_make_number(round(x[i] * 1e4) / 1e4));
+    js_object_set(obj, key, a);
+}
+
 static js_value entry_json(const cli_env *env, const tune_opts *o, const family_result *fr)
 {
     const tune_family *f = &tune_families[fr->family];
@@ -470,9 +520,11 @@ static js_value entry_json(const cli_env *env, const tune_opts *o, const family_
     js_object_set(&e, "shape", tune_shape_json(&fr->pb));
     js_object_set(&e, "params", tune_params_json(f, best->v));
     js_object_set(&e, "time_ms", js_make_number(best->ms));
+    set_times(&e, "time_ms_at_T", best->ms_at, o->nT);
     js_value def = {.type = JS_OBJECT};
     js_object_set(&def, "params", tune_params_json(f, base->v));
     js_object_set(&def, "time_ms", js_make_number(base->ms));
+    set_times(&def, "time_ms_at_T", base->ms_at, o->nT);
     js_object_set(&e, "safe_default", def);
     js_object_set(&e, "speedup", js_make_number(round(base->ms / best->ms * 1000) / 1000));
     js_object_set(&e, "driver", js_make_string(info->driver_version));
@@ -483,9 +535,16 @@ static js_value entry_json(const cli_env *env, const tune_opts *o, const family_
     strftime(date, sizeof date, "%Y-%m-%d", gmtime(&now));
     js_object_set(&e, "date", js_make_string(date));
     js_value with = {.type = JS_OBJECT};
-    const char *keys[] = {"T", "H", "S", "window", "verify_T", "seed", "repeat", "space", "unfit", "timed", "wrong", "failed"};
-    const int vals[] = {o->T, o->H, o->S, o->window, o->verify_T < o->T ? o->verify_T : o->T, o->seed, o->repeat,
-                        fr->space, fr->unfit, fr->n, fr->wrong, fr->failed};
+    if (o->nT == 1) {
+        js_object_set(&with, "T", js_make_number(o->T[0]));
+    } else { /* the lengths, in the order of the time_ms_at_T arrays */
+        js_value Ts = {.type = JS_ARRAY};
+        for (int i = 0; i < o->nT; ++i) js_array_push(&Ts, js_make_number(o->T[i]));
+        js_object_set(&with, "T", Ts);
+    }
+    const char *keys[] = {"H", "S", "window", "verify_T", "seed", "repeat", "space", "unfit", "timed", "wrong", "failed"};
+    const int vals[] = {o->H, o->S, o->window, verify_length(o), o->seed, o->repeat, fr->space, fr->unfit, fr->n, fr->wrong,
+                        fr->failed};
     for (size_t i = 0; i < sizeof vals / sizeof vals[0]; ++i) js_object_set(&with, keys[i], js_make_number(vals[i]));
     js_object_set(&e, "tuned_with", with);
     /* every verified timing, fastest first: what --merge compares across devices */
@@ -499,6 +558,7 @@ static js_value entry_json(const cli_env *env, const tune_opts *o, const family_
         js_value r = {.type = JS_OBJECT};
         js_object_set(&r, "params", tune_params_json(f, ok[i].v));
         js_object_set(&r, "ms", js_make_number(round(ok[i].ms * 1e4) / 1e4));
+        set_times(&r, "ms_at_T", ok[i].ms_at, o->nT);
         js_array_push(&res, r);
     }
     free(ok);
@@ -560,7 +620,8 @@ static int parse_families(const char *s, bool *on)
 int cmd_tune(int argc, char **argv)
 {
     if (argc > 2 && strcmp(argv[2], "--merge") == 0) return tune_merge(argc, argv);
-    tune_opts o = {128, 0, 16, 4, 64, 16, 2, 4096, 512, 24, 1, 5, 1024, -1, 0, NULL, NULL, NULL};
+    tune_opts o = {.D = 128, .G = 16, .H = 4, .block = 64, .S = 16, .dtype = 2, .Ts = "4096", .window = 512, .budget = 24,
+                   .seed = 1, .repeat = 5, .verify_T = 1024, .jobs = -1};
     const cli_opt opts[] = {
         {"--family", OPT_STRING, &o.family, 0, 0, NULL, "F", "families to tune, comma-separated (required)"},
         {"--D", OPT_INT, &o.D, 8, 256, NULL, "N", "head dim of q and k (default 128)"},
@@ -568,14 +629,14 @@ int cmd_tune(int argc, char **argv)
         {"--G", OPT_INT, &o.G, 1, 256, NULL, "N", "GQA group: query heads per KV head (default 16)"},
         {"--block", OPT_INT, &o.block, 1, 4096, NULL, "N", "selection block = compression block and stride (default 64)"},
         {"--dtype", OPT_CHOICE, &o.dtype, 0, 0, "f32|f16|bf16", NULL, "storage dtype (default bf16)"},
-        {"--T", OPT_INT, &o.T, 1, 1 << 20, NULL, "N", "tokens of the timed runs (default 4096)"},
+        {"--T", OPT_STRING, &o.Ts, 0, 0, NULL, "LIST", "tokens of the timed runs, comma-separated: at most 4 lengths, each weighed alike (default 4096)"},
         {"--H", OPT_INT, &o.H, 1, 256, NULL, "N", "KV heads of the timed runs (default 4)"},
         {"--S", OPT_INT, &o.S, 1, 256, NULL, "N", "selected blocks per query (default 16)"},
         {"--window", OPT_INT, &o.window, 0, 1 << 20, NULL, "N", "sliding window, 0 = off (default 512)"},
         {"--budget", OPT_INT, &o.budget, 1, 100000, NULL, "N", "candidates timed per family, the safe default included (default 24)"},
         {"--seed", OPT_INT, &o.seed, 0, 1 << 30, NULL, "N", "seed of the sample and the inputs (default 1)"},
         {"--repeat", OPT_INT, &o.repeat, 1, 64, NULL, "N", "timed runs per candidate, median taken (default 5)"},
-        {"--verify-T", OPT_INT, &o.verify_T, 1, 1 << 20, NULL, "N", "tokens of the f32 check runs (default 1024, at most --T)"},
+        {"--verify-T", OPT_INT, &o.verify_T, 1, 1 << 20, NULL, "N", "tokens of the f32 check runs (default 1024, at most the shortest --T)"},
         {"--jobs", OPT_INT, &o.jobs, 0, 8, NULL, "N", "background build threads (default 2 on a GPU, 0 elsewhere: the compiler would share the cores being timed)"},
         {"--max-seconds", OPT_INT, &o.max_seconds, 0, 1 << 30, NULL, "N", "stop searching after N s, shared by the families (default 0 = no limit)"},
         {"--out", OPT_STRING, &o.out, 0, 0, NULL, "FILE", "write the tuning file here (default: print it)"},
@@ -594,6 +655,7 @@ int cmd_tune(int argc, char **argv)
         return CLI_USAGE;
     }
     if (parse_families(o.family, on)) return CLI_USAGE;
+    if ((o.nT = cli_parse_int_list("tune", "--T", o.Ts, 1, 1 << 20, o.T, TUNE_MAX_T)) < 0) return CLI_USAGE;
     if (!o.DV) o.DV = o.D;
     if (o.D % 8 || o.DV % 8) {
         fprintf(stderr, "clnsa tune: --D and --DV must be multiples of 8\n");
@@ -601,9 +663,10 @@ int cmd_tune(int argc, char **argv)
     }
     cli_env env;
     if (cli_open(&env, o.device)) return CLI_FAIL;
-    printf("device: %s (%s, driver %s, %s)\nshape class: D=%d DV=%d G=%d block=%d %s; timed at T=%d H=%d S=%d window=%d\n",
+    printf("device: %s (%s, driver %s, %s)\nshape class: D=%d DV=%d G=%d block=%d %s; timed at T=%s H=%d S=%d window=%d%s\n",
            env.info->name, env.info->platform_name, env.info->driver_version, env.info->architecture, o.D, o.DV, o.G,
-           o.block, clnsa_dtype_name(cli_dtype_from_choice(o.dtype)), o.T, o.H, o.S, o.window);
+           o.block, clnsa_dtype_name(cli_dtype_from_choice(o.dtype)), o.Ts, o.H, o.S, o.window,
+           o.nT > 1 ? " (ms: the safe default's sum over the lengths, times the mean ratio to it)" : "");
     js_value entries = {.type = JS_ARRAY};
     int nfam = 0, failed = 0;
     for (int f = 0; f < TF_COUNT; ++f) nfam += on[f];

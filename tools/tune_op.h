@@ -9,10 +9,13 @@
 
 #include <stdbool.h>
 
-/* clnsa tune's options (cmd_tune.c reads them). */
+/* clnsa tune's options (cmd_tune.c reads them): the timed lengths T[0 ..
+ * nT-1] from the list Ts. */
+#define TUNE_MAX_T 4
 typedef struct {
-    int D, DV, G, H, block, S, dtype, T, window, budget, seed, repeat, verify_T, jobs, max_seconds;
-    const char *family, *out, *device;
+    int D, DV, G, H, block, S, dtype, window, budget, seed, repeat, verify_T, jobs, max_seconds;
+    int T[TUNE_MAX_T], nT;
+    const char *Ts, *family, *out, *device;
 } tune_opts;
 
 /* The tensors of one op call at one size and dtype: the NSA, or (bs) the

@@ -341,12 +341,32 @@ static void run_tool(const char *cmd, const char *log)
     assert_int_equal(rc, 0);
 }
 
+/* A list of lengths that is not one (a word, an empty entry, five
+ * lengths) is refused, with a message naming --T, before anything runs. */
+static void bad_lengths_refused(const char *exe)
+{
+    static const char *const bad[] = {"45,x", "45,", "1,2,3,4,5", "0"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; ++i) {
+        char cmd[1024], log[160], text[512] = "";
+        snprintf(log, sizeof log, "%s/bad_T.log", tmpdir);
+        snprintf(cmd, sizeof cmd, "%s tune --family nsa_fwd --T %s > %s 2>&1", exe, bad[i], log);
+        assert_int_not_equal(system(cmd), 0);
+        FILE *f = fopen(log, "r");
+        assert_non_null(f);
+        text[fread(text, 1, sizeof text - 1, f)] = '\0';
+        fclose(f);
+        if (!strstr(text, "--T: expected a comma-separated list")) print_error("--T %s: %s\n", bad[i], text);
+        assert_non_null(strstr(text, "--T: expected a comma-separated list"));
+    }
+}
+
 /* `clnsa tune` on a tiny shape class (with a device made smaller, so some
  * candidates are dropped before compiling) at two lengths, each
  * candidate's times at both written beside the time that weighs them,
  * then its file as the user file: the tuned parameters are chosen and
  * built, and the forward agrees with the default context's. (The
- * block-sparse families' run below times one length.) */
+ * block-sparse families' run below times one length.) Malformed lengths
+ * are refused. */
 static void test_tune_run(void **state)
 {
     (void)state;
@@ -355,6 +375,7 @@ static void test_tune_run(void **state)
         print_message("CLNSA_EXE is not set to the clnsa tool: skipped\n");
         skip();
     }
+    bad_lengths_refused(exe);
     char out[160], cmd[1024];
     snprintf(out, sizeof out, "%s/tuned.json", tmpdir);
     const char *dev = getenv("CLNSA_TEST_DEVICE");

@@ -17,8 +17,9 @@
  * With several lengths (--T 8192,65536) a candidate is timed at each, and
  * its time is the safe default's summed over them times the candidate's
  * mean ratio to the safe default's time at each (weighted_ms): every
- * length counts alike, however long its runs. The result is a tuning file the library reads as it is (CLNSA_TUNING_FILE,
- * or tuning/ through --merge). */
+ * length counts alike, however long its runs. The result is a tuning file
+ * the library reads as it is (CLNSA_TUNING_FILE, or tuning/ through
+ * --merge). */
 #include "cli_common.h"
 #include "cmds.h"
 #include "tune_common.h"
@@ -48,13 +49,14 @@ typedef struct {
 
 /* The time of a candidate timed at n lengths (ms_at) against the safe
  * default's times there (base_at): the default's sum times the mean of the
- * ratios, so that the default's is its own sum and one length is its time. */
+ * ratios, so that the default's is its own sum and one length is its time.
+ * (A length where the default's kernel read 0 ms counts as a tie.) */
 static double weighted_ms(const double *ms_at, const double *base_at, int n)
 {
     double sum = 0, ratio = 0;
     for (int i = 0; i < n; ++i) {
         sum += base_at[i];
-        ratio += ms_at[i] / base_at[i];
+        ratio += base_at[i] > 0 ? ms_at[i] / base_at[i] : 1.0;
     }
     return n == 1 ? ms_at[0] : sum * ratio / n;
 }

@@ -341,20 +341,26 @@ static void run_tool(const char *cmd, const char *log)
     assert_int_equal(rc, 0);
 }
 
+/* The text of the file at path, cut to size - 1 bytes. */
+static void read_text(const char *path, char *text, size_t size)
+{
+    FILE *f = fopen(path, "r");
+    assert_non_null(f);
+    text[fread(text, 1, size - 1, f)] = '\0';
+    fclose(f);
+}
+
 /* A list of lengths that is not one (a word, an empty entry, five
  * lengths) is refused, with a message naming --T, before anything runs. */
 static void bad_lengths_refused(const char *exe)
 {
     static const char *const bad[] = {"45,x", "45,", "1,2,3,4,5", "0"};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; ++i) {
-        char cmd[1024], log[160], text[512] = "";
+        char cmd[1024], log[160], text[512];
         snprintf(log, sizeof log, "%s/bad_T.log", tmpdir);
         snprintf(cmd, sizeof cmd, "%s tune --family nsa_fwd --T %s > %s 2>&1", exe, bad[i], log);
         assert_int_not_equal(system(cmd), 0);
-        FILE *f = fopen(log, "r");
-        assert_non_null(f);
-        text[fread(text, 1, sizeof text - 1, f)] = '\0';
-        fclose(f);
+        read_text(log, text, sizeof text);
         if (!strstr(text, "--T: expected a comma-separated list")) print_error("--T %s: %s\n", bad[i], text);
         assert_non_null(strstr(text, "--T: expected a comma-separated list"));
     }
@@ -401,11 +407,8 @@ static void test_tune_run(void **state)
     small.local_mem_size = 12288;
     assert_true(tune_fits(&small, TF_NSA_FWD, v, &tiny, false, NULL, 0));
     tune_file_free(tf);
-    FILE *f = fopen(out, "r");
     char text[16384];
-    size_t n = fread(text, 1, sizeof text - 1, f);
-    fclose(f);
-    text[n] = '\0';
+    read_text(out, text, sizeof text);
     assert_non_null(strstr(text, "\"unfit\": "));
     assert_null(strstr(text, "\"unfit\": 0,"));
     assert_non_null(strstr(text, "\"T\": [45, 60]"));

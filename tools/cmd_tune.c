@@ -227,10 +227,11 @@ static int run_forced(const cli_env *env, op_setup *s, int family, const int *v,
     return rc;
 }
 
-static int cmp_double(const void *a, const void *b)
+/* The median of n timings (sorts them). */
+static double median_ms(double *ms, int n)
 {
-    const double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
+    cli_sort_doubles(ms, (size_t)n);
+    return ms[n / 2];
 }
 
 /* Times candidate c at each of the n lengths (setups s), after a warm-up
@@ -244,8 +245,7 @@ static int time_candidate(const cli_env *env, op_setup *const *s, int n, int fam
         if (run_forced(env, s[t], family, c->v, &ms[0])) return -1; /* warm-up */
         for (int i = 0; i < repeat; ++i)
             if (run_forced(env, s[t], family, c->v, &ms[i])) return -1;
-        qsort(ms, (size_t)repeat, sizeof ms[0], cmp_double);
-        c->ms_at[t] = ms[repeat / 2];
+        c->ms_at[t] = median_ms(ms, repeat);
     }
     c->ms = weighted_ms(c->ms_at, base ? base : c->ms_at, n);
     return 0;
@@ -320,10 +320,7 @@ static int confirm(const cli_env *env, op_setup *const *s, int nt, family_result
             for (int t = 0; t < nt; ++t)
                 if (run_forced(env, s[t], fr->family, fr->c[idx[j]].v, &ms[j][t][r])) return -1;
     for (int j = 0; j < n; ++j)
-        for (int t = 0; t < nt; ++t) {
-            qsort(ms[j][t], (size_t)repeat, sizeof ms[j][t][0], cmp_double);
-            fr->c[idx[j]].ms_at[t] = ms[j][t][repeat / 2];
-        }
+        for (int t = 0; t < nt; ++t) fr->c[idx[j]].ms_at[t] = median_ms(ms[j][t], repeat);
     fr->best = 0; /* idx[0] */
     for (int j = 0; j < n; ++j) {
         candidate *c = &fr->c[idx[j]];

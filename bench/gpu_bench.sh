@@ -6,19 +6,23 @@
 # GQA) in the same command, and prints both side by side. JSON, the plot and
 # logs go to $OUT.
 #   bash bench/gpu_bench.sh [T list, default 4096,8192,16384,32768,65536] [repeat, default 3]
+# CHAIN=N times both sides N calls back to back (clnsa bench --chain, sdpa.py
+# --chain): the rate of a loop that keeps the device busy, as triton's
+# do_bench measured the anchors; on a power-limited GPU the two regimes differ.
 set -uo pipefail
 OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT"
 Ts=${1:-4096,8192,16384,32768,65536}
 repeat=${2:-3}
+chain=${CHAIN:-1}
 (meson setup build-gpu --buildtype=release >/dev/null && ninja -C build-gpu clnsa bench/bench_peak >/dev/null) || exit 1
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$OUT/gpu.txt"
 CLNSA_TEST_DEVICE=nvidia build-gpu/bench/bench_peak --json "$OUT/peak.json" 2>&1 | tee "$OUT/peak.txt"
 [ "${PEAK_ONLY:-0}" = 1 ] && exit 0
 # the tool's default device is the first GPU
-build-gpu/clnsa bench --T "$Ts" --repeat "$repeat" \
+build-gpu/clnsa bench --T "$Ts" --repeat "$repeat" --chain "$chain" \
     --json "$OUT/clnsa_bench.json" --svg "$OUT/clnsa_bench.svg" 2>&1 | tee "$OUT/clnsa_bench.txt"
-python3 bench/sdpa.py --T "$Ts" --repeat "$repeat" --json "$OUT/sdpa.json" 2>&1 | tee "$OUT/sdpa.txt"
+python3 bench/sdpa.py --T "$Ts" --repeat "$repeat" --chain "$chain" --json "$OUT/sdpa.json" 2>&1 | tee "$OUT/sdpa.txt"
 python3 - "$OUT/clnsa_bench.json" "$OUT/sdpa.json" <<'PY' | tee "$OUT/side_by_side.txt"
 import json, sys
 ours, sdpa = (json.load(open(p)) for p in sys.argv[1:3])

@@ -33,7 +33,7 @@ enum { M_CMP, M_TOPK, M_SLC, M_SWA, M_NSA, M_DENSE, M_CLBLAST, M_COUNT };
 static const char *const method_names[M_COUNT] = {"cmp", "topk+slc", "slc", "swa", "nsa", "dense", "clblast"};
 
 typedef struct {
-    int HQ, H, D, window, repeat, dtype, S, block, keep_ds;
+    int HQ, H, D, window, repeat, dtype, S, block, keep_ds, chain;
     bool no_bwd, no_dense, no_startup, profile, recompute, sorted_idx;
     const char *Ts, *json, *svg, *device, *methods;
 } bench_opts;
@@ -207,6 +207,27 @@ static clnsa_status enqueue(const cli_env *env, method_call *c, int pass, cl_mem
                              bytes, 1, &after, done);
 }
 
+/* A timed run: the op `chain` times back to back, each waiting for the one
+ * before, the input sets alternating from run `it`'s (--chain: the rate
+ * of a loop that keeps the device busy, where clocks settle where the
+ * device's power lets them). *done: the last one's event. */
+static clnsa_status enqueue_chain(const cli_env *env, const bench_opts *o, int T, clnsa_dtype dt, int m,
+                                  const input_set sets[2], const output_set *os, method_call *c, int pass, int it,
+                                  cl_mem ws, size_t bytes, cl_event after, cl_event *done)
+{
+    clnsa_status st = CLNSA_SUCCESS;
+    *done = NULL;
+    for (int k = 0; k < o->chain && st == CLNSA_SUCCESS; ++k) {
+        cl_event next = NULL;
+        if (o->chain > 1) describe(o, T, dt, m, &sets[(it + 2 + k) % 2], os, c);
+        st = enqueue(env, c, pass, ws, bytes, *done ? *done : after, &next);
+        if (*done) clReleaseEvent(*done);
+        *done = next;
+    }
+    if (o->chain > 1) describe(o, T, dt, m, &sets[(it + 2) % 2], os, c);
+    return st;
+}
+
 /* One more run of the op with every kernel's event kept: prints each
  * kernel's device time (summed over its launches) on one line. */
 static void profile_once(const cli_env *env, method_call *c, int pass, cl_mem ws, size_t bytes, const char *method, int T)
@@ -289,13 +310,14 @@ static void time_method(const cli_env *env, const bench_opts *o, int T, clnsa_dt
             cli_timer t;
             cl_event done = NULL;
             if (cli_timer_begin(env, &t)) goto out;
-            const clnsa_status st = enqueue(env, &c, pass, ws, bytes, t.marker, &done);
+            const clnsa_status st = enqueue_chain(env, o, T, dt, m, sets, os, &c, pass, it, ws, bytes, t.marker, &done);
             if (st != CLNSA_SUCCESS) {
                 cli_timer_end(&t, NULL);
+                if (done) clReleaseEvent(done);
                 cli_report(env, method_names[m], st);
                 goto out;
             }
-            const double x = cli_timer_end(&t, done);
+            const double x = cli_timer_end(&t, done) / o->chain;
             clReleaseEvent(done);
             if (x < 0) goto out;
             if (it >= 0) ms[pass][it] = x;
@@ -431,8 +453,8 @@ static void write_json(const char *path, const cli_env *env, const bench_opts *o
             wm == WARP_OFF ? "portable" : dt == CLNSA_DTYPE_F32 ? (wm == WARP_NV ? "tensor cores, TF32" : "emulated, TF32")
             : wm == WARP_NV ? "tensor cores" : "emulated");
     fprintf(f, "  \"config\": {\"dtype\": \"%s\", \"B\": 1, \"HQ\": %d, \"H\": %d, \"D\": %d, \"block\": %d, \"S\": %d, "
-               "\"window\": %d, \"repeat\": %d, \"slc_indices\": \"%s\"},\n",
-            clnsa_dtype_name(dt), o->HQ, o->H, o->D, o->block, o->S, o->window, o->repeat,
+               "\"window\": %d, \"repeat\": %d, \"chain\": %d, \"slc_indices\": \"%s\"},\n",
+            clnsa_dtype_name(dt), o->HQ, o->H, o->D, o->block, o->S, o->window, o->repeat, o->chain,
             o->sorted_idx ? "ascending" : "drawn order");
     if (su) fprintf(f, "  \"startup_ms\": {\"off\": %.2f, \"cold\": %.2f, \"warm\": %.2f, \"programs\": %d},\n", su->off_ms,
                     su->cold_ms, su->warm_ms, su->programs);
@@ -506,7 +528,7 @@ static void write_svg(const char *path, const cli_env *env, const bench_row *row
 
 int cmd_bench(int argc, char **argv)
 {
-    bench_opts o = {64, 4, 128, 512, 5, 2, 16, 64, CLNSA_KEEP_DS_SELECTED | CLNSA_KEEP_DS_COMPRESSED, false, false, false, false, false, false, "4096,8192,16384,32768,65536", NULL, NULL, NULL, NULL};
+    bench_opts o = {64, 4, 128, 512, 5, 2, 16, 64, CLNSA_KEEP_DS_SELECTED | CLNSA_KEEP_DS_COMPRESSED, 1, false, false, false, false, false, false, "4096,8192,16384,32768,65536", NULL, NULL, NULL, NULL};
     const cli_opt opts[] = {
         {"--T", OPT_STRING, &o.Ts, 0, 0, NULL, "LIST", "tokens, comma-separated (default 4096,8192,16384,32768,65536)"},
         {"--HQ", OPT_INT, &o.HQ, 1, 1024, NULL, "N", "query heads (default 64)"},
@@ -517,6 +539,8 @@ int cmd_bench(int argc, char **argv)
         {"--window", OPT_INT, &o.window, 0, 1 << 20, NULL, "N", "sliding window of the nsa method, 0 = off (default 512)"},
         {"--dtype", OPT_CHOICE, &o.dtype, 0, 0, "f32|f16|bf16", NULL, "storage dtype (default bf16)"},
         {"--repeat", OPT_INT, &o.repeat, 1, 64, NULL, "N", "timed runs after a warm-up, median taken (default 5)"},
+        {"--chain", OPT_INT, &o.chain, 1, 1000, NULL, "N",
+         "each timed run enqueues the op N times back to back and counts the mean: the device kept busy, as a loop keeps it (default 1; not the clblast method)"},
         {"--keep-ds", OPT_INT, &o.keep_ds, 0, 3, NULL, "0-3",
          "branches whose dS the NSA backward keeps for dq: 1 selected, 2 compressed, 3 both (config.keep_ds, default 3)"},
         {"--sorted-indices", OPT_FLAG, &o.sorted_idx, 0, 0, NULL, NULL,
@@ -555,8 +579,9 @@ int cmd_bench(int argc, char **argv)
     cli_env env;
     if (cli_open(&env, o.device)) return CLI_FAIL;
     const clnsa_device_info *di = env.info;
-    printf("device: %s (%s, driver %s); %s, B=1 HQ=%d H=%d D=%d, %d blocks of %d, window %d; median of %d\n", di->name,
-           di->platform_name, di->driver_version, clnsa_dtype_name(dt), o.HQ, o.H, o.D, o.S, o.block, o.window, o.repeat);
+    printf("device: %s (%s, driver %s); %s, B=1 HQ=%d H=%d D=%d, %d blocks of %d, window %d; median of %d, each the mean of %d "
+           "back to back\n", di->name, di->platform_name, di->driver_version, clnsa_dtype_name(dt), o.HQ, o.H, o.D, o.S, o.block,
+           o.window, o.repeat, o.chain);
     startup_result su = {-1, -1, -1, 0};
     if (!o.no_startup) {
         startup(&env, &o, dt, &su);

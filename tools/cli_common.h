@@ -98,9 +98,13 @@ void *cli_malloc(size_t bytes);
 
 /* Times what is enqueued between begin and end with profiling events: a
  * 4-byte fill held back by a user event opens the span (a real command, so
- * every driver profiles it), and the span leaves out the host's enqueue time. */
+ * every driver profiles it), and the span leaves out the host's enqueue time.
+ * A short busy kernel runs between the user event and the fill, so that the
+ * timed commands have reached the device when the fill ends, as they have
+ * behind earlier work in a real queue: the span holds no submission latency
+ * (bench/sdpa.py holds the GPU with a sleep kernel the same way). */
 typedef struct {
-    cl_event user, marker; /* marker: the fill's event */
+    cl_event user, hold, marker; /* marker: the fill's event */
     cl_mem scratch;
 } cli_timer;
 

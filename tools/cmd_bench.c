@@ -7,7 +7,8 @@
  * cache off, cold and warm.
  *
  * Times are device times from OpenCL profiling events (cli_timer: from a
- * held-back command just before the op to the op's last command), the median
+ * held-back command just before the op, behind a short busy kernel so that
+ * the op has reached the device when it starts, to the op's last command), the median
  * of --repeat runs after a warm-up, with the inputs rotated between two sets
  * so that caches do not flatter. Prints a table, and writes JSON (--json) and
  * an SVG plot of time against T per method (--svg).

@@ -441,12 +441,14 @@ int cli_timer_begin(const cli_env *env, cli_timer *t)
     cl_kernel hold = hold_kernel(env);
     t->user = clCreateUserEvent(env->cl, &err);
     if (err == CL_SUCCESS) t->scratch = clCreateBuffer(env->cl, CL_MEM_READ_WRITE, sizeof zero, NULL, &err);
-    err = err != CL_SUCCESS ? err : !hold ? CL_BUILD_PROGRAM_FAILURE
-                                          : clSetKernelArg(hold, 0, sizeof t->scratch, &t->scratch);
-    if (err == CL_SUCCESS) err = clSetKernelArg(hold, 1, sizeof steps, &steps);
-    if (err == CL_SUCCESS) err = clEnqueueNDRangeKernel(env->queue, hold, 1, NULL, &one, &one, 1, &t->user, &t->hold);
+    if (err == CL_SUCCESS && hold) { /* without it (its build failed), the fill waits on the user event alone */
+        err = clSetKernelArg(hold, 0, sizeof t->scratch, &t->scratch);
+        if (err == CL_SUCCESS) err = clSetKernelArg(hold, 1, sizeof steps, &steps);
+        if (err == CL_SUCCESS) err = clEnqueueNDRangeKernel(env->queue, hold, 1, NULL, &one, &one, 1, &t->user, &t->hold);
+    }
     if (err == CL_SUCCESS)
-        err = clEnqueueFillBuffer(env->queue, t->scratch, &zero, sizeof zero, 0, sizeof zero, 1, &t->hold, &t->marker);
+        err = clEnqueueFillBuffer(env->queue, t->scratch, &zero, sizeof zero, 0, sizeof zero, 1, t->hold ? &t->hold : &t->user,
+                                  &t->marker);
     if (err != CL_SUCCESS) {
         fprintf(stderr, "clnsa: timing start command failed: %s\n", cli_cl_error(err));
         timer_release(t, false);

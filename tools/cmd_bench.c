@@ -580,9 +580,10 @@ int cmd_bench(int argc, char **argv)
     cli_env env;
     if (cli_open(&env, o.device)) return CLI_FAIL;
     const clnsa_device_info *di = env.info;
-    printf("device: %s (%s, driver %s); %s, B=1 HQ=%d H=%d D=%d, %d blocks of %d, window %d; median of %d, each the mean of %d "
-           "back to back\n", di->name, di->platform_name, di->driver_version, clnsa_dtype_name(dt), o.HQ, o.H, o.D, o.S, o.block,
-           o.window, o.repeat, o.chain);
+    printf("device: %s (%s, driver %s); %s, B=1 HQ=%d H=%d D=%d, %d blocks of %d, window %d; median of %d", di->name,
+           di->platform_name, di->driver_version, clnsa_dtype_name(dt), o.HQ, o.H, o.D, o.S, o.block, o.window, o.repeat);
+    if (o.chain > 1) printf(", each the mean of %d back to back", o.chain);
+    printf("\n");
     startup_result su = {-1, -1, -1, 0};
     if (!o.no_startup) {
         startup(&env, &o, dt, &su);

@@ -7,8 +7,8 @@ warm-up. Prints a table and writes JSON (--json). Used by bench/gpu_bench.sh.
 Each timed run starts with the device held busy by a sleep kernel while the
 host enqueues the events and the calls, so the events time the device's work,
 not Python's launch (on an idle device the start event fires at once and the
-launch's 0.05-0.08 ms land inside the 8k forward's time), as `clnsa bench`
-gates its commands behind a user event. --chain N times N calls back to back
+launch's 0.03-0.07 ms land inside the 8k forward's time), as `clnsa bench`
+holds its commands behind a user event and a busy kernel. --chain N times N calls back to back
 (inputs alternating between two sets) and counts the mean: the rate of a loop
 that keeps the device busy, where its clocks settle where its power lets them.
 

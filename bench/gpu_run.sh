@@ -20,6 +20,9 @@
 #            (CLNSA_FUSED_TOPK=0), each kernel's time (--profile)
 #   tf32     f32 inputs at T=$TT: the TF32 mode (CLNSA_TF32=1) against the
 #            exact FMA kernels
+# CHAIN=N times every clnsa bench run and SDPA N ops back to back (--chain):
+# the rate of a loop that keeps the device busy (bench/RESULTS.md, 2026-11-29:
+# SDPA slows at the H200's power limit there, the NSA kernels do not).
 # The log goes to $OUT/log.txt, JSON and plots to $OUT/results.tgz (re-made
 # after each stage, so a run cut short keeps what it measured), the PTX to
 # $OUT/ptx.tgz.   STAGES="tests bench" bash bench/gpu_run.sh
@@ -37,6 +40,7 @@ Ts=${TS:-4096,8192,16384,32768,65536}
 PTs=${PORTABLE_TS:-4096,16384}
 VT=${VT:-16384}
 repeat=${REPEAT:-3}
+chain=${CHAIN:-1}
 BENCH_ARGS=${BENCH_ARGS:---no-dense}
 METHODS=${METHODS:-cmp,topk+slc,slc,swa,nsa}
 on() { case " $STAGES " in *" $1 "*) return 0 ;; esac; return 1; }
@@ -61,7 +65,7 @@ if on tests; then
     done
 fi
 
-bench() { build-gpu/clnsa bench --repeat "$repeat" --no-startup "$@"; }
+bench() { build-gpu/clnsa bench --repeat "$repeat" --chain "$chain" --no-startup "$@"; }
 
 if on ptx; then
     P=/tmp/ptx_cache; rm -rf "$P" && mkdir -p "$P"
@@ -87,7 +91,7 @@ if on portable; then
 fi
 
 if on sdpa; then
-    python3 bench/sdpa.py --T "$Ts" --repeat "$repeat" --json "$R/sdpa.json"
+    python3 bench/sdpa.py --T "$Ts" --repeat "$repeat" --chain "$chain" --json "$R/sdpa.json"
     save
 fi
 

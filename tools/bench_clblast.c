@@ -275,8 +275,7 @@ static double time_pass(const cli_env *env, dense_run *x, bool bwd, int repeat)
                 bwd ? "gradients'" : "output", rel, x->T);
     if (runs != repeat) fprintf(stderr, "clnsa bench: clblast: the CLBlast dense %s failed at T=%d\n", bwd ? "backward" : "forward", x->T);
     if (runs != repeat || !(rel < 1e-4)) return -1;
-    cli_sort_doubles(ms, (size_t)runs);
-    return ms[runs / 2];
+    return cli_median(ms, (size_t)runs);
 }
 
 int clblast_dense_ms(const cli_env *env, int T, int HQ, int H, int D, int repeat, double *fwd_ms, double *bwd_ms)

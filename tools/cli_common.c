@@ -506,6 +506,12 @@ static int cmp_double(const void *a, const void *b)
 
 void cli_sort_doubles(double *x, size_t n) { qsort(x, n, sizeof *x, cmp_double); }
 
+double cli_median(double *x, size_t n)
+{
+    cli_sort_doubles(x, n);
+    return x[n / 2];
+}
+
 int cli_parse_int_list(const char *cmd, const char *opt, const char *s, int lo, int hi, int *out, int max)
 {
     int n = 0;

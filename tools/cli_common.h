@@ -118,6 +118,9 @@ double cli_timer_end(cli_timer *t, cl_event done);
 double cli_now_ms(void);
 /* Sorts n times (ms) in ascending order, for medians and extremes. */
 void cli_sort_doubles(double *x, size_t n);
+/* The median of n times (the upper of the middle two where n is even);
+ * sorts them. */
+double cli_median(double *x, size_t n);
 
 /* Parses s, a comma-separated list of at most max integers in [lo, hi],
  * into out: their count, or -1 after a message naming cmd and opt. */

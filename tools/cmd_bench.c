@@ -220,12 +220,11 @@ static clnsa_status enqueue_chain(const cli_env *env, const bench_opts *o, int T
     *done = NULL;
     for (int k = 0; k < o->chain && st == CLNSA_SUCCESS; ++k) {
         cl_event next = NULL;
-        if (o->chain > 1) describe(o, T, dt, m, &sets[(it + 2 + k) % 2], os, c);
+        describe(o, T, dt, m, &sets[(it + 2 + k) % 2], os, c);
         st = enqueue(env, c, pass, ws, bytes, *done ? *done : after, &next);
         if (*done) clReleaseEvent(*done);
         *done = next;
     }
-    if (o->chain > 1) describe(o, T, dt, m, &sets[(it + 2) % 2], os, c);
     return st;
 }
 
@@ -305,7 +304,6 @@ static void time_method(const cli_env *env, const bench_opts *o, int T, clnsa_dt
     if (!ws) return;
     int runs = 0;
     for (int it = -1; it < o->repeat; ++it) { /* it = -1: warm-up (builds the programs) */
-        describe(o, T, dt, m, &sets[(it + 2) % 2], os, &c);
         for (int pass = 0; pass < (bwd ? P_COUNT : 1); ++pass) {
             if (pass == P_TRAIN_FWD && c.dense) continue;
             cli_timer t;
@@ -331,16 +329,10 @@ static void time_method(const cli_env *env, const bench_opts *o, int T, clnsa_dt
 out:
     clReleaseMemObject(ws);
     if (runs < o->repeat) return;
-    double fwd_sorted[64];
-    memcpy(fwd_sorted, ms[P_FWD], (size_t)runs * sizeof *fwd_sorted);
-    cli_sort_doubles(fwd_sorted, (size_t)runs);
-    *fwd_ms = fwd_sorted[runs / 2];
-    if (bwd) {
-        double step[64];
-        for (int i = 0; i < runs; ++i) step[i] = ms[c.dense ? P_FWD : P_TRAIN_FWD][i] + ms[P_BWD][i];
-        cli_sort_doubles(step, (size_t)runs);
-        *bwd_ms = step[runs / 2] - *fwd_ms;
-    }
+    double step[64]; /* the training step of each run (before the forward's times are sorted) */
+    for (int i = 0; bwd && i < runs; ++i) step[i] = ms[c.dense ? P_FWD : P_TRAIN_FWD][i] + ms[P_BWD][i];
+    *fwd_ms = cli_median(ms[P_FWD], (size_t)runs);
+    if (bwd) *bwd_ms = cli_median(step, (size_t)runs) - *fwd_ms;
 }
 
 /* --------------------------------------------------------------- start-up */
@@ -427,10 +419,8 @@ static void startup(const cli_env *env, const bench_opts *o, clnsa_dtype dt, sta
     r->cold_ms = startup_once(env, o, dt, dir);
     r->programs = count_programs(dir);
     for (int i = 0; i < 3; ++i) warm[i] = startup_once(env, o, dt, dir);
-    cli_sort_doubles(off, 3);
-    cli_sort_doubles(warm, 3);
-    r->off_ms = off[1];
-    r->warm_ms = warm[1];
+    r->off_ms = cli_median(off, 3);
+    r->warm_ms = cli_median(warm, 3);
     char cmd[128];
     snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
     if (system(cmd) != 0) fprintf(stderr, "clnsa bench: could not remove %s\n", dir);

@@ -227,13 +227,6 @@ static int run_forced(const cli_env *env, op_setup *s, int family, const int *v,
     return rc;
 }
 
-/* The median of n timings (sorts them). */
-static double median_ms(double *ms, int n)
-{
-    cli_sort_doubles(ms, (size_t)n);
-    return ms[n / 2];
-}
-
 /* Times candidate c at each of the n lengths (setups s), after a warm-up
  * run at each; base: the safe default's times (c's own for the default). */
 static int time_candidate(const cli_env *env, op_setup *const *s, int n, int family, candidate *c, const double *base,
@@ -245,7 +238,7 @@ static int time_candidate(const cli_env *env, op_setup *const *s, int n, int fam
         if (run_forced(env, s[t], family, c->v, &ms[0])) return -1; /* warm-up */
         for (int i = 0; i < repeat; ++i)
             if (run_forced(env, s[t], family, c->v, &ms[i])) return -1;
-        c->ms_at[t] = median_ms(ms, repeat);
+        c->ms_at[t] = cli_median(ms, (size_t)repeat);
     }
     c->ms = weighted_ms(c->ms_at, base ? base : c->ms_at, n);
     return 0;
@@ -320,7 +313,7 @@ static int confirm(const cli_env *env, op_setup *const *s, int nt, family_result
             for (int t = 0; t < nt; ++t)
                 if (run_forced(env, s[t], fr->family, fr->c[idx[j]].v, &ms[j][t][r])) return -1;
     for (int j = 0; j < n; ++j)
-        for (int t = 0; t < nt; ++t) fr->c[idx[j]].ms_at[t] = median_ms(ms[j][t], repeat);
+        for (int t = 0; t < nt; ++t) fr->c[idx[j]].ms_at[t] = cli_median(ms[j][t], (size_t)repeat);
     fr->best = 0; /* idx[0] */
     for (int j = 0; j < n; ++j) {
         candidate *c = &fr->c[idx[j]];

@@ -10,7 +10,8 @@
  * held-back command just before the op, behind a short busy kernel so that
  * the op has reached the device when it starts, to the op's last command), the median
  * of --repeat runs after a warm-up on each of the two sets the inputs rotate between,
- * so that caches do not flatter. Prints a table, and writes JSON (--json) and
+ * so that caches do not flatter. Prints a table, and writes JSON (--json: the
+ * medians, and the fastest and slowest run of each) and
  * an SVG plot of time against T per method (--svg).
  *
  * Methods: cmp (compressed branch only), topk+slc (top-k and selection),
@@ -52,6 +53,9 @@ typedef struct {
 typedef struct {
     int T;
     double fwd[M_COUNT], bwd[M_COUNT]; /* ms, -1 = not run or failed */
+    /* the fastest and slowest timed run of the forward and of the training
+     * step (ms; -1: not recorded), so that a run unlike the others shows */
+    double fwd_range[M_COUNT][2], step_range[M_COUNT][2];
 } bench_row;
 
 /* ---------------------------------------------------------------- buffers */
@@ -281,14 +285,23 @@ static void profile_once(const cli_env *env, method_call *c, int pass, cl_mem ws
     printf("\n");
 }
 
-/* Median forward and backward ms of one method at one T; -1 where not asked
+/* The least and the greatest of x[0 .. n-1] (n >= 1). */
+static void run_range(const double *x, int n, double range[2])
+{
+    range[0] = range[1] = x[0];
+    for (int i = 1; i < n; ++i) range[0] = fmin(range[0], x[i]), range[1] = fmax(range[1], x[i]);
+}
+
+/* Median forward and backward ms of one method at one T, and the range of
+ * the forward's and the training step's runs; -1 where not asked
  * or failed. Each run times the inference forward, then (with the backward)
  * the training forward, which also saves the NSA branch outputs unless
  * --recompute, and the backward that reads them: bwd_ms is the training
  * step's median less the forward's, so that fwd + bwd is the training step.
  * The dense method's forward saves all its backward needs: no second one. */
 static void time_method(const cli_env *env, const bench_opts *o, int T, clnsa_dtype dt, int m, const input_set sets[2],
-                        const output_set *os, double *fwd_ms, double *bwd_ms)
+                        const output_set *os, double *fwd_ms, double *bwd_ms, double fwd_range[2],
+                        double step_range[2])
 {
     const bool bwd = !o->no_bwd;
     double ms[P_COUNT][64];
@@ -335,6 +348,8 @@ out:
     if (runs < o->repeat) return;
     double step[64]; /* the training step of each run (before the forward's times are sorted) */
     for (int i = 0; bwd && i < runs; ++i) step[i] = ms[c.dense ? P_FWD : P_TRAIN_FWD][i] + ms[P_BWD][i];
+    run_range(ms[P_FWD], runs, fwd_range);
+    if (bwd) run_range(step, runs, step_range);
     *fwd_ms = cli_median(ms[P_FWD], (size_t)runs);
     if (bwd) *bwd_ms = cli_median(step, (size_t)runs) - *fwd_ms;
 }
@@ -460,7 +475,10 @@ static void write_json(const char *path, const cli_env *env, const bench_opts *o
             const double fw = rows[i].fwd[m], bw = rows[i].bwd[m];
             if (fw < 0) continue;
             fprintf(f, "%s\n    {\"T\": %d, \"method\": \"%s\", \"fwd_ms\": %.4f", k++ ? "," : "", rows[i].T, method_names[m], fw);
+            const double *fr = rows[i].fwd_range[m], *sr = rows[i].step_range[m];
+            if (fr[0] >= 0) fprintf(f, ", \"fwd_range_ms\": [%.4f, %.4f]", fr[0], fr[1]);
             if (bw >= 0) fprintf(f, ", \"bwd_ms\": %.4f, \"fwd_bwd_ms\": %.4f", bw, fw + bw);
+            if (bw >= 0 && sr[0] >= 0) fprintf(f, ", \"fwd_bwd_range_ms\": [%.4f, %.4f]", sr[0], sr[1]);
             fputc('}', f);
         }
     fprintf(f, "\n  ]\n}\n");
@@ -603,13 +621,14 @@ int cmd_bench(int argc, char **argv)
         bool no_room[M_COUNT] = {false};
         for (int m = 0; m < M_COUNT; ++m) { /* --profile prints its lines here, before the row */
             r->fwd[m] = r->bwd[m] = -1;
+            r->fwd_range[m][0] = r->fwd_range[m][1] = r->step_range[m][0] = r->step_range[m][1] = -1;
             if (!run[m]) continue;
             no_room[m] = m == M_CLBLAST && !clblast_dense_fits(&env, r->T); /* not counted as a failure */
             if (no_room[m]) continue;
             if (m == M_CLBLAST)
                 clblast_dense_ms(&env, r->T, o.HQ, o.H, o.D, o.repeat, &r->fwd[m], o.no_bwd ? NULL : &r->bwd[m]);
             else
-                time_method(&env, &o, r->T, dt, m, sets, &os, &r->fwd[m], &r->bwd[m]);
+                time_method(&env, &o, r->T, dt, m, sets, &os, &r->fwd[m], &r->bwd[m], r->fwd_range[m], r->step_range[m]);
             failed += r->fwd[m] < 0 || (m == M_CLBLAST && !o.no_bwd && r->bwd[m] < 0);
         }
         printf("%8d", r->T);

@@ -285,13 +285,6 @@ static void profile_once(const cli_env *env, method_call *c, int pass, cl_mem ws
     printf("\n");
 }
 
-/* The least and the greatest of x[0 .. n-1] (n >= 1). */
-static void run_range(const double *x, int n, double range[2])
-{
-    range[0] = range[1] = x[0];
-    for (int i = 1; i < n; ++i) range[0] = fmin(range[0], x[i]), range[1] = fmax(range[1], x[i]);
-}
-
 /* Median forward and backward ms of one method at one T, and the range of
  * the forward's and the training step's runs; -1 where not asked
  * or failed. Each run times the inference forward, then (with the backward)
@@ -348,10 +341,13 @@ out:
     if (runs < o->repeat) return;
     double step[64]; /* the training step of each run (before the forward's times are sorted) */
     for (int i = 0; bwd && i < runs; ++i) step[i] = ms[c.dense ? P_FWD : P_TRAIN_FWD][i] + ms[P_BWD][i];
-    run_range(ms[P_FWD], runs, fwd_range);
-    if (bwd) run_range(step, runs, step_range);
+    /* cli_median sorts: the extremes are then the first and last */
     *fwd_ms = cli_median(ms[P_FWD], (size_t)runs);
-    if (bwd) *bwd_ms = cli_median(step, (size_t)runs) - *fwd_ms;
+    fwd_range[0] = ms[P_FWD][0], fwd_range[1] = ms[P_FWD][runs - 1];
+    if (bwd) {
+        *bwd_ms = cli_median(step, (size_t)runs) - *fwd_ms;
+        step_range[0] = step[0], step_range[1] = step[runs - 1];
+    }
 }
 
 /* --------------------------------------------------------------- start-up */

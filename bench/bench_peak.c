@@ -9,7 +9,9 @@
  * mma.sync.m16n8k16 (bf16 in, f32 accumulate) through inline PTX, as issue
  * 6's fast path would use it, and the SM cycles one warp alone spends per
  * such product with 1, 2 and 4 independent chains (its latency, and how
- * many chains a warp needs to keep its tensor core busy). Each rate is the
+ * many chains a warp needs to keep its tensor core busy), and on compute
+ * capability 9.0 Hopper's warpgroup product wgmma.m64n64k16
+ * (cl/warpgroup_probe.cl, through the sm_90a path). Each rate is the
  * best of --repeat timed runs (profiling events) after a warm-up: a peak,
  * not a typical rate.
  *
@@ -18,6 +20,8 @@
  * first one found. */
 #include "bench_util.h"
 #include "testutil.h"
+
+#include "internal.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -195,6 +199,26 @@ int main(int argc, char **argv)
         mma_tflops = 4096.0 * CH * ITER * (double)(lanes / 32) / (mma_ms * 1e-3) / 1e12;
         clReleaseKernel(mk);
     }
+    double wg_ms = -1, wg_tflops = -1;
+    if (device_wgmma(env.ctx)) {
+        static const char *const files[] = {"common.h", "warpgroup_mma.h", "warpgroup_probe.cl", NULL};
+        cl_program wp = NULL;
+        cl_kernel wk = NULL;
+        if (program_get(env.ctx, files,
+                        "#define STORAGE 2\n#define IDX_LONG 0\n#define VARLEN 0\n#define WGMMA_NV 1\n#define TRANS_B 0\n",
+                        &wp) != CLNSA_SUCCESS ||
+            kernel_create(env.ctx, wp, "warpgroup_rate", &wk) != CLNSA_SUCCESS) {
+            fprintf(stderr, "bench_peak: the wgmma kernel: %s\n", clnsa_last_error(env.ctx));
+            return 1;
+        }
+        const cl_uint iters = ITER * 2;
+        const size_t groups = (size_t)di->compute_units * 4;
+        clSetKernelArg(wk, 0, sizeof out, &out);
+        clSetKernelArg(wk, 1, sizeof iters, &iters);
+        wg_ms = best_ms(q, wk, groups * 128, 128, repeat);
+        wg_tflops = 2.0 * 64 * 64 * 16 * 8 * (double)iters * (double)groups / (wg_ms * 1e-3) / 1e12;
+        clReleaseKernel(wk);
+    }
     printf("device: %s (%s, %s), %u compute units; best of %d\n", di->name, di->platform_name, di->driver_version,
            di->compute_units, repeat);
     printf("%-44s %10.1f GB/s  (%.3f ms)\n", "memory bandwidth (float4 copy, read + write)", gbs, copy_ms);
@@ -206,14 +230,17 @@ int main(int argc, char **argv)
         printf("%-44s %10.1f / %.1f / %.1f SM cycles per mma\n", "one warp alone, 1 / 2 / 4 independent chains",
                chain_cycles[0], chain_cycles[1], chain_cycles[2]);
     } else printf("%-44s %10s\n", "tensor cores (NVIDIA sm_80+ only)", "n/a");
+    if (wg_tflops > 0)
+        printf("%-44s %10.2f TFLOP/s (%.3f ms)\n", "tensor cores, wgmma m64n64k16 bf16 -> f32", wg_tflops, wg_ms);
+    else printf("%-44s %10s\n", "wgmma (NVIDIA compute capability 9.0 only)", "n/a");
     if (json) {
         FILE *f = fopen(json, "w");
         if (f) {
             fprintf(f, "{\"device\": \"%s\", \"driver\": \"%s\", \"copy_GBps\": %.2f, \"l2_read_GBps\": %.2f, "
                        "\"l2_mib\": %d, \"fp32_fma_TFLOPs\": %.3f, "
-                       "\"mma_bf16_TFLOPs\": %.3f, \"mma_cycles_1_2_4_chains\": [%.2f, %.2f, %.2f]}\n",
+                       "\"mma_bf16_TFLOPs\": %.3f, \"mma_cycles_1_2_4_chains\": [%.2f, %.2f, %.2f], \"wgmma_bf16_TFLOPs\": %.3f}\n",
                     di->name, di->driver_version, gbs, l2_gbs, l2_mib, fma_tflops, mma_tflops, chain_cycles[0],
-                    chain_cycles[1], chain_cycles[2]);
+                    chain_cycles[1], chain_cycles[2], wg_tflops);
             fclose(f);
         }
     }

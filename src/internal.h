@@ -66,6 +66,10 @@ typedef enum { WARP_OFF, WARP_NV, WARP_EMULATED } warp_mode;
  * its shapes and alignment (the warp kernels take f16 / bf16, and f32 in
  * the TF32 mode when the context allows it). */
 warp_mode device_warp_mode(const clnsa_context *ctx, clnsa_dtype dtype);
+/* Whether kernels may use Hopper's warpgroup products (cl/warpgroup_mma.h):
+ * an NVIDIA device of compute capability exactly 9.0 (sm_90a instructions run
+ * nowhere else), the tensor-core path not turned off, and CLNSA_WGMMA not 0. */
+bool device_wgmma(const clnsa_context *ctx);
 /* The mode narrowed to a call the warp kernels take: head dims multiples of
  * 16 up to 128, and the rows they read whole aligned (tensor_rows_aligned). */
 warp_mode device_warp_path(const clnsa_context *ctx, clnsa_dtype dtype, int dk, int dv, const clnsa_tensor *const *rows,
@@ -115,6 +119,10 @@ void ka_tensor(kargs *a, const clnsa_tensor *t);
  * (NULL-terminated, common.h first) compiled with `defines`. */
 clnsa_status program_get(clnsa_context *ctx, const char *const *files, const char *defines,
                          cl_program *out);
+/* sm_90a's PTX from the PTX of a program built for sm_90 whose sm_90a
+ * instructions are marked comments (src/program/ptx_sm90a.c, cl/warpgroup_mma.h):
+ * malloc'ed, or NULL with *why saying what was missing. */
+char *ptx_to_sm90a(const char *ptx, const char **why);
 /* The on-disk program cache (src/program/cache.c). The folder for a new
  * context: `option`, else $CLNSA_CACHE_DIR, else $XDG_CACHE_HOME/clnsa, else
  * ~/.cache/clnsa; NULL when CLNSA_CACHE=0 or no folder is known. */

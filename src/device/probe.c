@@ -174,6 +174,13 @@ warp_mode device_warp_mode(const clnsa_context *ctx, clnsa_dtype dtype)
     }
 }
 
+bool device_wgmma(const clnsa_context *ctx)
+{
+    return ctx->matrix_path != CLNSA_MATRIX_PORTABLE && ctx->matrix_path != CLNSA_MATRIX_EMULATED &&
+           ctx->info.vendor == CLNSA_VENDOR_NVIDIA && ctx->info.nv_compute_major == 9 &&
+           ctx->info.nv_compute_minor == 0 && cx_env_int("CLNSA_WGMMA", 1) != 0;
+}
+
 warp_mode device_warp_path(const clnsa_context *ctx, clnsa_dtype dtype, int dk, int dv, const clnsa_tensor *const *rows,
                            size_t nrows)
 {

@@ -111,6 +111,43 @@ static clnsa_status check_build_log(clnsa_context *ctx, cl_program p, const char
     return st;
 }
 
+/* A program whose kernels use sm_90a instructions (cl/warpgroup_mma.h, built
+ * with WGMMA_NV 1): its PTX, with those instructions turned on and the target
+ * raised (ptx_sm90a.c), built again as a binary. Releases `compiled`. */
+static clnsa_status rebuild_sm90a(clnsa_context *ctx, cl_program compiled, const char *options, const char *what,
+                                  cl_program *out)
+{
+    size_t len = 0;
+    char *ptx = NULL, *ptx90a = NULL;
+    const char *why = "its binary (the PTX) could not be read";
+    if (clGetProgramInfo(compiled, CL_PROGRAM_BINARY_SIZES, sizeof len, &len, NULL) == CL_SUCCESS && len &&
+        (ptx = calloc(len + 1, 1)) && clGetProgramInfo(compiled, CL_PROGRAM_BINARIES, sizeof ptx, &ptx, NULL) == CL_SUCCESS)
+        ptx90a = ptx_to_sm90a(ptx, &why);
+    free(ptx);
+    clReleaseProgram(compiled);
+    *out = NULL;
+    if (!ptx90a) return cx_fail(ctx, CLNSA_ERROR_BUILD_FAILED, "kernels %s for sm_90a: %s", what, why);
+    cl_int err, bin_err = CL_SUCCESS;
+    size_t n = strlen(ptx90a) + 1;
+    const unsigned char *bin = (const unsigned char *)ptx90a;
+    cl_program p = clCreateProgramWithBinary(ctx->cl, 1, &ctx->device, &n, &bin, &bin_err, &err);
+    if (err == CL_SUCCESS && bin_err == CL_SUCCESS) err = clBuildProgram(p, 1, &ctx->device, options, NULL, NULL);
+    else if (err == CL_SUCCESS) err = bin_err;
+    free(ptx90a);
+    if (err != CL_SUCCESS) {
+        char *log = p ? build_log(ctx, p) : NULL;
+        clnsa_status st = cx_fail(ctx, CLNSA_ERROR_BUILD_FAILED,
+                                  "building kernels %s from their sm_90a PTX failed: %s (%d); the driver's JIT may not "
+                                  "take sm_90a (CLNSA_WGMMA=0 keeps to mma.sync)\n%s",
+                                  what, cl_error_name(err), (int)err, log ? log : "(no build log)");
+        free(log);
+        if (p) clReleaseProgram(p);
+        return st;
+    }
+    *out = p;
+    return CLNSA_SUCCESS;
+}
+
 static clnsa_status build(clnsa_context *ctx, const char *src, const char *options, const char *what,
                           cl_program *out)
 {
@@ -127,6 +164,7 @@ static clnsa_status build(clnsa_context *ctx, const char *src, const char *optio
         return st;
     }
     const clnsa_status st = check_build_log(ctx, p, what);
+    if (st == CLNSA_SUCCESS && strstr(src, "#define WGMMA_NV 1\n")) return rebuild_sm90a(ctx, p, options, what, out);
     *out = st == CLNSA_SUCCESS ? p : NULL;
     return st;
 }

@@ -1,0 +1,54 @@
+/* ptx_sm90a.c: Hopper's own instructions (wgmma, setmaxnreg) from OpenCL C.
+ *
+ * NVIDIA's OpenCL compiles for `.target sm_90`, where ptxas rejects the
+ * instructions that only sm_90a has. Its program binaries are PTX text,
+ * though, and a PTX binary goes to the driver's JIT, which takes sm_90a on a
+ * device of compute capability 9.0 (checked on the H200, 2026-11-29: wgmma
+ * exact, 962-967 TFLOP/s against mma.sync's 635). So kernels write each such
+ * instruction as a PTX comment behind SM90A_MARK (cl/warpgroup_mma.h): the
+ * first build compiles comments, with the operands already named by the
+ * compiler; this file turns them into instructions and retargets the module;
+ * program.c then builds the result as a binary. */
+#include "internal.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#define SM90A_MARK "// @sm_90a "
+
+static bool is_name_char(char c)
+{
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_';
+}
+
+char *ptx_to_sm90a(const char *ptx, const char **why)
+{
+    const char *target = strstr(ptx, ".target sm_90");
+    if (!target || is_name_char(target[13])) {
+        *why = "the compiled PTX has no '.target sm_90' line";
+        return NULL;
+    }
+    if (!strstr(ptx, SM90A_MARK)) {
+        *why = "the compiled PTX has no instruction marked for sm_90a";
+        return NULL;
+    }
+    const size_t mark = strlen(SM90A_MARK);
+    char *out = malloc(strlen(ptx) + 2), *o = out;
+    if (!out) {
+        *why = "out of host memory";
+        return NULL;
+    }
+    for (const char *s = ptx; *s;) {
+        if (s == target) { /* the module's target, once */
+            memcpy(o, ".target sm_90a", 14);
+            o += 14;
+            s += 13;
+        } else if (*s == '/' && strncmp(s, SM90A_MARK, mark) == 0) {
+            s += mark;
+        } else {
+            *o++ = *s++;
+        }
+    }
+    *o = '\0';
+    return out;
+}

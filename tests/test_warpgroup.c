@@ -1,0 +1,129 @@
+/* test_warpgroup.c: the sm_90a path (src/program/ptx_sm90a.c,
+ * cl/warpgroup_mma.h). The PTX rewrite is checked on any device; the
+ * warpgroup products run where device_wgmma says they may (an NVIDIA device
+ * of compute capability 9.0) and are skipped elsewhere with a message.
+ * Linked with the static library: it calls program_get and ptx_to_sm90a. */
+#include "testutil.h"
+
+#include "internal.h"
+
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+TEST_ENV_GROUP
+
+static void test_ptx_rewrite(void **state)
+{
+    (void)state;
+    const char *why = NULL;
+    const char *ptx = ".version 9.0\n.target sm_90, texmode_independent\n.address_size 64\n"
+                      "\t// @sm_90a wgmma.fence.sync.aligned;\n\tmov.u32 %r1, %r2; // sm_90 stays\n"
+                      "{\n// @sm_90a .reg .pred p;\n}\n";
+    char *out = ptx_to_sm90a(ptx, &why);
+    assert_non_null(out);
+    assert_string_equal(out, ".version 9.0\n.target sm_90a, texmode_independent\n.address_size 64\n"
+                             "\twgmma.fence.sync.aligned;\n\tmov.u32 %r1, %r2; // sm_90 stays\n"
+                             "{\n.reg .pred p;\n}\n");
+    free(out);
+
+    /* Nothing marked, another target, or already sm_90a: refused, saying why. */
+    assert_null(ptx_to_sm90a(".target sm_90\nmov.u32 %r1, %r2;\n", &why));
+    assert_non_null(strstr(why, "no instruction marked"));
+    assert_null(ptx_to_sm90a(".target sm_80\n// @sm_90a wgmma.fence.sync.aligned;\n", &why));
+    assert_non_null(strstr(why, ".target sm_90"));
+    assert_null(ptx_to_sm90a(".target sm_90a\n// @sm_90a wgmma.fence.sync.aligned;\n", &why));
+}
+
+static unsigned short bf16_bits(double x)
+{
+    const float f = (float)x;
+    unsigned u;
+    memcpy(&u, &f, sizeof u);
+    return (unsigned short)(u >> 16);
+}
+
+/* One wgmma.m64nNk16 (N = n) with B in the layout trans_b names, against
+ * the exact products of small integers (exact in bf16 and in f32 sums), d
+ * poisoned. */
+static void check_product(int trans_b, int n_cols)
+{
+    static const char *const files[] = {"common.h", "warpgroup_mma.h", "warpgroup_probe.cl", NULL};
+    char defines[200];
+    snprintf(defines, sizeof defines,
+             "#define STORAGE 2\n#define IDX_LONG 0\n#define VARLEN 0\n#define WGMMA_NV 1\n#define TRANS_B %d\n"
+             "#define PRODUCT_N %d\n",
+             trans_b, n_cols);
+    cl_program prog = NULL;
+    assert_int_equal(program_get(env.ctx, files, defines, &prog), CLNSA_SUCCESS);
+    cl_kernel k = NULL;
+    assert_int_equal(kernel_create(env.ctx, prog, "warpgroup_product", &k), CLNSA_SUCCESS);
+
+    unsigned short a[64 * 16], b[16 * 64];
+    double ref[64 * 64];
+    uint64_t seed = 0x5eed0 + (uint64_t)(2 * n_cols + trans_b);
+    double va[64 * 16], vb[16 * 64];
+    fill_uniform(va, 64 * 16, -4.0, 5.0, &seed);
+    fill_uniform(vb, 16 * (size_t)n_cols, -4.0, 5.0, &seed);
+    for (int i = 0; i < 64 * 16; ++i) a[i] = bf16_bits(va[i] = floor(va[i]));
+    for (int i = 0; i < 16 * n_cols; ++i) b[i] = bf16_bits(vb[i] = floor(vb[i]));
+    for (int m = 0; m < 64; ++m)
+        for (int n = 0; n < n_cols; ++n) {
+            double s = 0;
+            for (int kk = 0; kk < 16; ++kk) s += va[m * 16 + kk] * vb[kk * n_cols + n];
+            ref[m * n_cols + n] = s;
+        }
+    cl_int err;
+    cl_mem ba = clCreateBuffer(env.cl, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR, sizeof a, a, &err);
+    assert_int_equal(err, CL_SUCCESS);
+    cl_mem bb = clCreateBuffer(env.cl, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR, 16 * (size_t)n_cols * 2, b, &err);
+    assert_int_equal(err, CL_SUCCESS);
+    const size_t nd = 64 * (size_t)n_cols;
+    cl_mem bd = poisoned(&env, nd, CLNSA_DTYPE_F32);
+    clSetKernelArg(k, 0, sizeof ba, &ba);
+    clSetKernelArg(k, 1, sizeof bb, &bb);
+    clSetKernelArg(k, 2, sizeof bd, &bd);
+    const size_t global = 128, local = 128;
+    assert_int_equal(clEnqueueNDRangeKernel(env.queue, k, 1, NULL, &global, &local, 0, NULL, NULL), CL_SUCCESS);
+    double d[64 * 64];
+    download(&env, bd, nd, CLNSA_DTYPE_F32, d);
+    int wrong = 0;
+    for (size_t i = 0; i < nd; ++i)
+        if (!(d[i] == ref[i]) && wrong++ < 4)
+            print_message("  n %d trans_b %d: d[%zu][%zu] = %g, expected %g\n", n_cols, trans_b, i / (size_t)n_cols,
+                          i % (size_t)n_cols, d[i], ref[i]);
+    assert_int_equal(wrong, 0);
+    clReleaseMemObject(ba);
+    clReleaseMemObject(bb);
+    clReleaseMemObject(bd);
+    clReleaseKernel(k);
+}
+
+static void test_products(void **state)
+{
+    (void)state;
+    if (!device_wgmma(env.ctx)) {
+        print_message("skipped: %s is not an NVIDIA device of compute capability 9.0 (or CLNSA_WGMMA=0)\n",
+                      clnsa_context_device_info(env.ctx)->name);
+        skip();
+    }
+    for (int n = 16; n <= 64; n *= 2) {
+        check_product(0, n);
+        check_product(1, n);
+    }
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_ptx_rewrite),
+        cmocka_unit_test(test_products),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}

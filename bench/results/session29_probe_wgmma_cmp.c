@@ -37,7 +37,8 @@ static const char *variant = "";
 static cl_program build(int wgn)
 {
     char head[256];
-    snprintf(head, sizeof head, "#define WGMMA_NV 1\n#define WGN %d\n%s\n", wgn, variant);
+    snprintf(head, sizeof head, "#define WGMMA_NV 1\n#define WGN %d\n%s\n%s\n", wgn, variant,
+             getenv("EXTRA") ? getenv("EXTRA") : "");
     char *a = slurp("cl/warpgroup_mma.h"), *b = slurp("bench/results/session29_probe_wgmma_cmp.cl");
     size_t n = strlen(head) + strlen(a) + strlen(b) + 2;
     char *src = malloc(n);
@@ -158,7 +159,7 @@ int main(void)
     const int first = getenv("VFIRST") ? atoi(getenv("VFIRST")) : 0;
     const int last = getenv("VLAST") ? atoi(getenv("VLAST")) : 4;
     for (int vi = first; vi <= last; ++vi)
-    for (int wgn = 1; wgn <= 4; ++wgn) {
+    for (int wgn = getenv("WGN") ? atoi(getenv("WGN")) : 1; wgn <= (getenv("WGN") ? atoi(getenv("WGN")) : 4); ++wgn) {
         variant = variants[vi];
         printf("variant %d (%s):\n", vi, variant);
         cl_program p = build(wgn);

@@ -330,6 +330,46 @@ int main(void) {
       }
     }
 
+    /* (4) setmaxnreg: two warpgroups trade registers under a cap of 128 */
+    {
+        const char *src =
+            "__kernel __attribute__((reqd_work_group_size(256,1,1))) void regs(__global float *out) {\n"
+            "  if (get_local_id(0) < 128) { asm volatile(\"// @WG setmaxnreg.dec.sync.aligned.u32 40;\" ::: \"memory\"); out[get_global_id(0)] = 1; }\n"
+            "  else { asm volatile(\"// @WG setmaxnreg.inc.sync.aligned.u32 216;\" ::: \"memory\"); out[get_global_id(0)] = 2; }\n"
+            "}\n";
+        cl_int st;
+        cl_program p = build_src(src, &st);
+        char *ptx = rewrite(program_ptx(p));
+        /* third try: the cap as a PTX directive, .maxnreg 128 after .reqntid */
+        char *capped = malloc(strlen(ptx) + 32), *at = strstr(ptx, ".reqntid");
+        at = at ? strchr(at, '\n') : NULL;
+        if (at) sprintf(capped, "%.*s\n.maxnreg 128%s", (int)(at - ptx), ptx, at);
+        const char *opts[3] = {"-cl-nv-verbose -cl-nv-maxrregcount=128", "-cl-nv-verbose", "-cl-nv-verbose"};
+        for (int o = 0; o < 3; ++o) {
+            if (o == 2) {
+                if (!at) break;
+                ptx = capped;
+            }
+            size_t n = strlen(ptx) + 1;
+            const unsigned char *b = (const unsigned char *)ptx;
+            cl_int bs;
+            cl_program p2 = clCreateProgramWithBinary(ctx, 1, &dev, &n, &b, &bs, &err);
+            st = clBuildProgram(p2, 1, &dev, opts[o], NULL, NULL);
+            printf("(4) setmaxnreg, options '%s': build %d\n    log: %.1500s\n", opts[o], st, build_log(p2));
+            if (st != CL_SUCCESS) continue;
+            cl_kernel k = clCreateKernel(p2, "regs", &err);
+            cl_mem ob = clCreateBuffer(ctx, CL_MEM_READ_WRITE, 512 * 4, NULL, &err);
+            clSetKernelArg(k, 0, sizeof ob, &ob);
+            size_t gs = 512, ls = 256;
+            cl_int e = clEnqueueNDRangeKernel(q, k, 1, NULL, &gs, &ls, 0, NULL, NULL);
+            float h[512];
+            cl_int r = clEnqueueReadBuffer(q, ob, CL_TRUE, 0, sizeof h, h, 0, NULL, NULL);
+            int ok = e == CL_SUCCESS && r == CL_SUCCESS;
+            for (int i = 0; ok && i < 512; ++i) ok = h[i] == ((i % 256) < 128 ? 1.0f : 2.0f);
+            printf("(4) ran: enqueue %d, read %d, values %s\n", e, r, ok ? "right" : "WRONG");
+        }
+    }
+
     /* (3) throughput */
     {
         size_t groups = (size_t)cus * 8;

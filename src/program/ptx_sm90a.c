@@ -1,12 +1,14 @@
-/* ptx_sm90a.c: Hopper's own instructions (wgmma; setmaxnreg and the like
- * the same way, untried) from OpenCL C.
+/* ptx_sm90a.c: Hopper's own instructions (wgmma, setmaxnreg) from OpenCL C.
+ * (setmaxnreg also needs a .maxnreg directive on the kernel's entry, which
+ * this rewrite does not add yet: bench/RESULTS.md, 2026-11-29.)
  *
  * NVIDIA's OpenCL compiles for `.target sm_90`, where ptxas rejects the
  * instructions that only sm_90a has. Its program binaries are PTX text,
  * though, and a PTX binary goes to the driver's JIT, which takes sm_90a on a
  * device of compute capability 9.0 (checked on the H200, 2026-11-29: wgmma
- * exact, 975.6 TFLOP/s against mma.sync's 646.1, bench/RESULTS.md). So kernels write each such
- * instruction as a PTX comment behind SM90A_MARK (cl/warpgroup_mma.h): the
+ * exact, 975.6 TFLOP/s against mma.sync's 646.1, bench/RESULTS.md). So
+ * kernels write each such instruction as a PTX comment behind SM90A_MARK
+ * (cl/warpgroup_mma.h): the
  * first build compiles comments, with the operands already named by the
  * compiler; this file turns them into instructions and retargets the module;
  * program.c then builds the result as a binary. */

@@ -18,7 +18,8 @@
  *   MN-major B (trans-b 1, e.g. V for P V): its rows are 8 rows k, each
  *     holding 8 consecutive n.
  * (Checked exact on the H200 with both layouts, 2026-11-29; lbo and sbo
- * swapped, both are wrong: tests/test_warpgroup.c, bench/probe_wgmma.c.)
+ * swapped, both are wrong: tests/test_warpgroup.c,
+ * bench/results/session29_probe_wgmma.c.)
  * Local memory written by ordinary stores must be made visible to wgmma's
  * reads by wg_shared_fence and a barrier. A product of n16 runs at about 60%
  * of the tensor cores' rate, n32 at 95%, n64 and wider at the full rate

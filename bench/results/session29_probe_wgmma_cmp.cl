@@ -25,6 +25,13 @@
 #ifndef SKIP
 #define SKIP 0
 #endif
+/* PP 1: the warpgroups take turns on the tensor cores (named barriers): S of warpgroup 0, 1, ..
+ * then P V of 0, 1, .., so that each softmax runs while others' products do. */
+#ifndef PP
+#define PP 0
+#endif
+inline void named_sync(int id) { asm volatile("bar.sync %0, 256;" ::"r"(id) : "memory"); }
+inline void named_arrive(int id) { asm volatile("bar.arrive %0, 256;" ::"r"(id) : "memory"); }
 
 /* 16 bytes global -> local, zero-filled where !valid. */
 inline void copy16(__local void *dst, __global const void *src, bool valid)
@@ -259,6 +266,9 @@ cmp_fwd(__global const ushort *q, __global const ushort *kc, __global const usho
 
         float s[KC / 2];
         for (int i = 0; i < KC / 2; ++i) s[i] = 0.0f;
+#if PP
+        if (wgi > 0) named_sync(wgi); /* S_wgi: the previous warpgroup's S is done */
+#endif
         wg_fence();
 #pragma unroll
         for (int ks = 0; ks < 8 * !(SKIP & 8); ++ks) {
@@ -270,6 +280,9 @@ cmp_fwd(__global const ushort *q, __global const ushort *kc, __global const usho
         }
         wg_commit();
         wg_wait_all();
+#if PP
+        named_arrive(wgi < WGN - 1 ? wgi + 1 : WGN); /* S_(wgi+1), or P_0 after the last S */
+#endif
 
         uint pa[KC / 16][4];
 #if SKIP & 1
@@ -277,6 +290,9 @@ cmp_fwd(__global const ushort *q, __global const ushort *kc, __global const usho
             for (int i = 0; i < 4; ++i) pa[ks][i] = pack_bf16(s[8 * ks + 2 * i] * scale_log2, s[8 * ks + 2 * i + 1]);
 #else
         softmax_p(s, c0, nvis, t4, scale_log2, &m0, &m1, &l0, &l1, oacc, pa);
+#endif
+#if PP
+        named_sync(WGN + wgi); /* P_wgi: the last S (wgi 0) or the previous warpgroup's P V is done */
 #endif
         wg_fence();
 #pragma unroll
@@ -286,6 +302,9 @@ cmp_fwd(__global const ushort *q, __global const ushort *kc, __global const usho
                 WGMMA_M64N64K16_BF16(oacc[hh], pa[ks], wg_desc(vtile + ks * 128 + hh * 64 * KC, 128, 16 * KC), 1, 1);
         wg_commit();
         wg_wait_all();
+#if PP
+        if (wgi < WGN - 1) named_arrive(WGN + wgi + 1);
+#endif
 #if DB
         barrier(CLK_LOCAL_MEM_FENCE); /* this buffer is staged again next chunk but one */
 #endif

@@ -49,6 +49,13 @@ inline void wg_wait_all(void) { asm volatile(SM90A_MARK "wgmma.wait_group.sync.a
 /* Local-memory stores by this work-item, visible to wgmma after a barrier. */
 inline void wg_shared_fence(void) { asm volatile(SM90A_MARK "fence.proxy.async.shared::cta;" ::: "memory"); }
 
+/* setmaxnreg: this warpgroup's registers a work-item lowered or raised to n
+ * (a multiple of 8, 24 .. 256), so that producer warps can give theirs to the
+ * consumers. ptxas honours it only in a kernel capped at entry: the program
+ * defines WG_MAXNREG, which the host writes as each kernel's .maxnreg. */
+#define WG_REGS_DEC(n) asm volatile(SM90A_MARK "setmaxnreg.dec.sync.aligned.u32 " WG_XSTR(n) ";" ::: "memory")
+#define WG_REGS_INC(n) asm volatile(SM90A_MARK "setmaxnreg.inc.sync.aligned.u32 " WG_XSTR(n) ";" ::: "memory")
+
 /* The descriptor of a B operand at p (16-byte aligned) in the layout above. */
 inline ulong wg_desc(__local const void *p, uint lbo, uint sbo)
 {

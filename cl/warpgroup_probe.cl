@@ -8,6 +8,9 @@
  * Q K^T) or MN-major (1, as V is read for P V). Exact products show that
  * the driver took the sm_90a PTX and that the fragments and layouts in
  * warpgroup_mma.h hold. One work-group of one warpgroup.
+ *
+ * warpgroup_registers (where WG_MAXNREG is defined): two warpgroups trade
+ * registers (setmaxnreg), each then writing its index + 1.
  */
 #ifndef PRODUCT_N
 #define PRODUCT_N 16
@@ -88,3 +91,16 @@ __kernel __attribute__((reqd_work_group_size(128, 1, 1))) void warpgroup_rate(__
         for (int i = 0; i < 32; ++i) s += acc[j][i];
     out[get_global_id(0)] = s;
 }
+
+#ifdef WG_MAXNREG
+__kernel __attribute__((reqd_work_group_size(256, 1, 1))) void warpgroup_registers(__global float *out)
+{
+    if (get_local_id(0) < 128) {
+        WG_REGS_DEC(40);
+        out[get_global_id(0)] = 1.0f;
+    } else {
+        WG_REGS_INC(2 * WG_MAXNREG - 40);
+        out[get_global_id(0)] = 2.0f;
+    }
+}
+#endif

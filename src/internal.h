@@ -120,9 +120,11 @@ void ka_tensor(kargs *a, const clnsa_tensor *t);
 clnsa_status program_get(clnsa_context *ctx, const char *const *files, const char *defines,
                          cl_program *out);
 /* sm_90a's PTX from the PTX of a program built for sm_90 whose sm_90a
- * instructions are marked comments (src/program/ptx_sm90a.c, cl/warpgroup_mma.h):
- * malloc'ed, or NULL with *why saying what was missing. */
-char *ptx_to_sm90a(const char *ptx, const char **why);
+ * instructions are marked comments (src/program/ptx_sm90a.c, cl/warpgroup_mma.h),
+ * each kernel capped at maxnreg registers where maxnreg > 0 (a program's
+ * WG_MAXNREG; setmaxnreg needs it): malloc'ed, or NULL with *why saying what
+ * was missing. */
+char *ptx_to_sm90a(const char *ptx, int maxnreg, const char **why);
 /* The on-disk program cache (src/program/cache.c). The folder for a new
  * context: `option`, else $CLNSA_CACHE_DIR, else $XDG_CACHE_HOME/clnsa, else
  * ~/.cache/clnsa; NULL when CLNSA_CACHE=0 or no folder is known. */

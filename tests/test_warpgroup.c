@@ -1,7 +1,8 @@
 /* test_warpgroup.c: the sm_90a path (src/program/ptx_sm90a.c,
  * cl/warpgroup_mma.h). The PTX rewrite is checked on any device; the
- * warpgroup products run where device_wgmma says they may (an NVIDIA device
- * of compute capability 9.0) and are skipped elsewhere with a message.
+ * warpgroup products and setmaxnreg run where device_wgmma says they may (an
+ * NVIDIA device of compute capability 9.0) and are skipped elsewhere with a
+ * message.
  * Linked with the static library: it calls program_get and ptx_to_sm90a. */
 #include "testutil.h"
 
@@ -26,19 +27,31 @@ static void test_ptx_rewrite(void **state)
     const char *ptx = ".version 9.0\n.target sm_90, texmode_independent\n.address_size 64\n"
                       "\t// @sm_90a wgmma.fence.sync.aligned;\n\tmov.u32 %r1, %r2; // sm_90 stays\n"
                       "{\n// @sm_90a .reg .pred p;\n}\n";
-    char *out = ptx_to_sm90a(ptx, &why);
+    char *out = ptx_to_sm90a(ptx, 0, &why);
     assert_non_null(out);
     assert_string_equal(out, ".version 9.0\n.target sm_90a, texmode_independent\n.address_size 64\n"
                              "\twgmma.fence.sync.aligned;\n\tmov.u32 %r1, %r2; // sm_90 stays\n"
                              "{\n.reg .pred p;\n}\n");
     free(out);
 
-    /* Nothing marked, another target, or already sm_90a: refused, saying why. */
-    assert_null(ptx_to_sm90a(".target sm_90\nmov.u32 %r1, %r2;\n", &why));
+    /* A register cap: every kernel's, before its body. */
+    const char *two = ".target sm_90\n.entry a(\n\t.param .u64 a_0\n)\n.reqntid 256, 1, 1\n{\n"
+                      "// @sm_90a setmaxnreg.inc.sync.aligned.u32 216;\n{ }\n}\n.entry b(\n)\n{\nret;\n}\n";
+    out = ptx_to_sm90a(two, 128, &why);
+    assert_non_null(out);
+    assert_string_equal(out, ".target sm_90a\n.entry a(\n\t.param .u64 a_0\n)\n.reqntid 256, 1, 1\n.maxnreg 128\n{\n"
+                             "setmaxnreg.inc.sync.aligned.u32 216;\n{ }\n}\n.entry b(\n)\n.maxnreg 128\n{\nret;\n}\n");
+    free(out);
+
+    /* Nothing marked, another target, already sm_90a, a cap out of range:
+     * refused, saying why. */
+    assert_null(ptx_to_sm90a(".target sm_90\nmov.u32 %r1, %r2;\n", 0, &why));
     assert_non_null(strstr(why, "no instruction marked"));
-    assert_null(ptx_to_sm90a(".target sm_80\n// @sm_90a wgmma.fence.sync.aligned;\n", &why));
+    assert_null(ptx_to_sm90a(".target sm_80\n// @sm_90a wgmma.fence.sync.aligned;\n", 0, &why));
     assert_non_null(strstr(why, ".target sm_90"));
-    assert_null(ptx_to_sm90a(".target sm_90a\n// @sm_90a wgmma.fence.sync.aligned;\n", &why));
+    assert_null(ptx_to_sm90a(".target sm_90a\n// @sm_90a wgmma.fence.sync.aligned;\n", 0, &why));
+    assert_null(ptx_to_sm90a(two, 256, &why));
+    assert_non_null(strstr(why, "WG_MAXNREG"));
 }
 
 static unsigned short bf16_bits(double x)
@@ -105,6 +118,29 @@ static void check_product(int trans_b, int n_cols)
     clReleaseKernel(k);
 }
 
+/* Two warpgroups trading registers under a cap of 128 (WG_MAXNREG). */
+static void check_registers(void)
+{
+    static const char *const files[] = {"common.h", "warpgroup_mma.h", "warpgroup_probe.cl", NULL};
+    cl_program prog = NULL;
+    assert_int_equal(program_get(env.ctx, files,
+                                 "#define STORAGE 2\n#define IDX_LONG 0\n#define VARLEN 0\n#define WGMMA_NV 1\n#define TRANS_B 0\n"
+                                 "#define WG_MAXNREG 128\n",
+                                 &prog),
+                     CLNSA_SUCCESS);
+    cl_kernel k = NULL;
+    assert_int_equal(kernel_create(env.ctx, prog, "warpgroup_registers", &k), CLNSA_SUCCESS);
+    cl_mem bo = poisoned(&env, 512, CLNSA_DTYPE_F32);
+    clSetKernelArg(k, 0, sizeof bo, &bo);
+    const size_t global = 512, local = 256;
+    assert_int_equal(clEnqueueNDRangeKernel(env.queue, k, 1, NULL, &global, &local, 0, NULL, NULL), CL_SUCCESS);
+    double o[512];
+    download(&env, bo, 512, CLNSA_DTYPE_F32, o);
+    for (int i = 0; i < 512; ++i) assert_true(o[i] == (i % 256 < 128 ? 1.0 : 2.0));
+    clReleaseMemObject(bo);
+    clReleaseKernel(k);
+}
+
 static void test_products(void **state)
 {
     (void)state;
@@ -117,6 +153,7 @@ static void test_products(void **state)
         check_product(0, n);
         check_product(1, n);
     }
+    check_registers();
 }
 
 int main(void)

@@ -10,7 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-char *ptx_to_sm90a(const char *ptx, const char **why);
+char *ptx_to_sm90a(const char *ptx, int maxnreg, const char **why);
 
 #define CK(x) do { cl_int e_ = (x); if (e_ != CL_SUCCESS) { printf("FAIL %s: %d (line %d)\n", #x, e_, __LINE__); exit(1); } } while (0)
 enum { D = 128, HQ = 64, NH = 4, CB = 64 };
@@ -58,7 +58,7 @@ static cl_program build(int wgn)
     char *ptx = calloc(len + 1, 1);
     CK(clGetProgramInfo(p, CL_PROGRAM_BINARIES, sizeof ptx, &ptx, NULL));
     const char *why = NULL;
-    char *ptx2 = ptx_to_sm90a(ptx, &why);
+    char *ptx2 = ptx_to_sm90a(ptx, 0, &why);
     if (!ptx2) { printf("rewrite: %s\n", why); exit(1); }
     size_t n2 = strlen(ptx2) + 1;
     const unsigned char *bin = (const unsigned char *)ptx2;

@@ -113,16 +113,19 @@ static clnsa_status check_build_log(clnsa_context *ctx, cl_program p, const char
 
 /* A program whose kernels use sm_90a instructions (cl/warpgroup_mma.h, built
  * with WGMMA_NV 1): its PTX, with those instructions turned on and the target
- * raised (ptx_sm90a.c), built again as a binary. Releases `compiled`. */
-static clnsa_status rebuild_sm90a(clnsa_context *ctx, cl_program compiled, const char *options, const char *what,
-                                  cl_program *out)
+ * raised (ptx_sm90a.c), built again as a binary; the kernels capped at the
+ * source's WG_MAXNREG registers where it defines one. Releases `compiled`. */
+static clnsa_status rebuild_sm90a(clnsa_context *ctx, const char *src, cl_program compiled, const char *options,
+                                  const char *what, cl_program *out)
 {
+    const char *cap = strstr(src, "#define WG_MAXNREG ");
+    const int maxnreg = cap ? atoi(cap + strlen("#define WG_MAXNREG ")) : 0;
     size_t len = 0;
     char *ptx = NULL, *ptx90a = NULL;
     const char *why = "its binary (the PTX) could not be read";
     if (clGetProgramInfo(compiled, CL_PROGRAM_BINARY_SIZES, sizeof len, &len, NULL) == CL_SUCCESS && len &&
         (ptx = calloc(len + 1, 1)) && clGetProgramInfo(compiled, CL_PROGRAM_BINARIES, sizeof ptx, &ptx, NULL) == CL_SUCCESS)
-        ptx90a = ptx_to_sm90a(ptx, &why);
+        ptx90a = ptx_to_sm90a(ptx, maxnreg, &why);
     free(ptx);
     clReleaseProgram(compiled);
     *out = NULL;
@@ -144,8 +147,9 @@ static clnsa_status rebuild_sm90a(clnsa_context *ctx, cl_program compiled, const
         if (p) clReleaseProgram(p);
         return st;
     }
-    *out = p;
-    return CLNSA_SUCCESS;
+    const clnsa_status st = check_build_log(ctx, p, what); /* the JIT's log (-cl-nv-verbose: ptxas's) */
+    *out = st == CLNSA_SUCCESS ? p : NULL;
+    return st;
 }
 
 static clnsa_status build(clnsa_context *ctx, const char *src, const char *options, const char *what,
@@ -164,7 +168,7 @@ static clnsa_status build(clnsa_context *ctx, const char *src, const char *optio
         return st;
     }
     const clnsa_status st = check_build_log(ctx, p, what);
-    if (st == CLNSA_SUCCESS && strstr(src, "#define WGMMA_NV 1\n")) return rebuild_sm90a(ctx, p, options, what, out);
+    if (st == CLNSA_SUCCESS && strstr(src, "#define WGMMA_NV 1\n")) return rebuild_sm90a(ctx, src, p, options, what, out);
     *out = st == CLNSA_SUCCESS ? p : NULL;
     return st;
 }

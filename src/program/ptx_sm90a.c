@@ -1,6 +1,4 @@
 /* ptx_sm90a.c: Hopper's own instructions (wgmma, setmaxnreg) from OpenCL C.
- * (setmaxnreg also needs a .maxnreg directive on the kernel's entry, which
- * this rewrite does not add yet: bench/RESULTS.md, 2026-11-29.)
  *
  * NVIDIA's OpenCL compiles for `.target sm_90`, where ptxas rejects the
  * instructions that only sm_90a has. Its program binaries are PTX text,
@@ -10,10 +8,12 @@
  * kernels write each such instruction as a PTX comment behind SM90A_MARK
  * (cl/warpgroup_mma.h): the
  * first build compiles comments, with the operands already named by the
- * compiler; this file turns them into instructions and retargets the module;
- * program.c then builds the result as a binary. */
+ * compiler; this file turns them into instructions and retargets the module
+ * (and gives each kernel the register cap setmaxnreg needs); program.c then
+ * builds the result as a binary. */
 #include "internal.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -24,7 +24,7 @@ static bool is_name_char(char c)
     return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_';
 }
 
-char *ptx_to_sm90a(const char *ptx, const char **why)
+char *ptx_to_sm90a(const char *ptx, int maxnreg, const char **why)
 {
     const char *target = strstr(ptx, ".target sm_90");
     if (!target || is_name_char(target[13])) {
@@ -35,12 +35,19 @@ char *ptx_to_sm90a(const char *ptx, const char **why)
         *why = "the compiled PTX has no instruction marked for sm_90a";
         return NULL;
     }
+    if (maxnreg < 0 || maxnreg > 255) {
+        *why = "the register cap (WG_MAXNREG) is not within 0 .. 255";
+        return NULL;
+    }
+    size_t entries = 0;
+    for (const char *e = ptx; (e = strstr(e, ".entry ")); ++e) ++entries;
     const size_t mark = strlen(SM90A_MARK);
-    char *out = malloc(strlen(ptx) + 2), *o = out;
+    char *out = malloc(strlen(ptx) + 2 + entries * 16), *o = out;
     if (!out) {
         *why = "out of host memory";
         return NULL;
     }
+    bool in_header = false; /* between an .entry and its body */
     for (const char *s = ptx; *s;) {
         if (s == target) { /* the module's target, once */
             memcpy(o, ".target sm_90a", 14);
@@ -49,6 +56,13 @@ char *ptx_to_sm90a(const char *ptx, const char **why)
         } else if (*s == '/' && strncmp(s, SM90A_MARK, mark) == 0) {
             s += mark;
         } else {
+            if (*s == '.' && strncmp(s, ".entry ", 7) == 0) in_header = true;
+            /* setmaxnreg is ignored (ptxas C7508) unless the entry declares
+             * its register count: a directive before the body's brace. */
+            if (in_header && *s == '{' && s > ptx && s[-1] == '\n') {
+                in_header = false;
+                if (maxnreg) o += sprintf(o, ".maxnreg %d\n", maxnreg);
+            }
             *o++ = *s++;
         }
     }

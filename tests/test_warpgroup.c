@@ -54,12 +54,15 @@ static void test_ptx_rewrite(void **state)
     assert_non_null(strstr(why, "WG_MAXNREG"));
 }
 
-static unsigned short bf16_bits(double x)
+/* The probe kernels' program (cl/warpgroup_probe.cl) with `extra` defines. */
+static cl_program probe_program(const char *extra)
 {
-    const float f = (float)x;
-    unsigned u;
-    memcpy(&u, &f, sizeof u);
-    return (unsigned short)(u >> 16);
+    static const char *const files[] = {"common.h", "warpgroup_mma.h", "warpgroup_probe.cl", NULL};
+    char defines[256];
+    snprintf(defines, sizeof defines, "#define STORAGE 2\n#define IDX_LONG 0\n#define VARLEN 0\n#define WGMMA_NV 1\n%s", extra);
+    cl_program prog = NULL;
+    assert_int_equal(program_get(env.ctx, files, defines, &prog), CLNSA_SUCCESS);
+    return prog;
 }
 
 /* One wgmma.m64nNk16 (N = n) with B in the layout trans_b names, against
@@ -67,36 +70,26 @@ static unsigned short bf16_bits(double x)
  * poisoned. */
 static void check_product(int trans_b, int n_cols)
 {
-    static const char *const files[] = {"common.h", "warpgroup_mma.h", "warpgroup_probe.cl", NULL};
-    char defines[200];
-    snprintf(defines, sizeof defines,
-             "#define STORAGE 2\n#define IDX_LONG 0\n#define VARLEN 0\n#define WGMMA_NV 1\n#define TRANS_B %d\n"
-             "#define PRODUCT_N %d\n",
-             trans_b, n_cols);
-    cl_program prog = NULL;
-    assert_int_equal(program_get(env.ctx, files, defines, &prog), CLNSA_SUCCESS);
+    char extra[64];
+    snprintf(extra, sizeof extra, "#define TRANS_B %d\n#define PRODUCT_N %d\n", trans_b, n_cols);
     cl_kernel k = NULL;
-    assert_int_equal(kernel_create(env.ctx, prog, "warpgroup_product", &k), CLNSA_SUCCESS);
+    assert_int_equal(kernel_create(env.ctx, probe_program(extra), "warpgroup_product", &k), CLNSA_SUCCESS);
 
-    unsigned short a[64 * 16], b[16 * 64];
     double ref[64 * 64];
     uint64_t seed = 0x5eed0 + (uint64_t)(2 * n_cols + trans_b);
     double va[64 * 16], vb[16 * 64];
     fill_uniform(va, 64 * 16, -4.0, 5.0, &seed);
     fill_uniform(vb, 16 * (size_t)n_cols, -4.0, 5.0, &seed);
-    for (int i = 0; i < 64 * 16; ++i) a[i] = bf16_bits(va[i] = floor(va[i]));
-    for (int i = 0; i < 16 * n_cols; ++i) b[i] = bf16_bits(vb[i] = floor(vb[i]));
+    for (int i = 0; i < 64 * 16; ++i) va[i] = floor(va[i]);
+    for (int i = 0; i < 16 * n_cols; ++i) vb[i] = floor(vb[i]);
     for (int m = 0; m < 64; ++m)
         for (int n = 0; n < n_cols; ++n) {
             double s = 0;
             for (int kk = 0; kk < 16; ++kk) s += va[m * 16 + kk] * vb[kk * n_cols + n];
             ref[m * n_cols + n] = s;
         }
-    cl_int err;
-    cl_mem ba = clCreateBuffer(env.cl, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR, sizeof a, a, &err);
-    assert_int_equal(err, CL_SUCCESS);
-    cl_mem bb = clCreateBuffer(env.cl, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR, 16 * (size_t)n_cols * 2, b, &err);
-    assert_int_equal(err, CL_SUCCESS);
+    cl_mem ba = upload(&env, va, 64 * 16, CLNSA_DTYPE_BF16, false);
+    cl_mem bb = upload(&env, vb, 16 * (size_t)n_cols, CLNSA_DTYPE_BF16, false);
     const size_t nd = 64 * (size_t)n_cols;
     cl_mem bd = poisoned(&env, nd, CLNSA_DTYPE_F32);
     clSetKernelArg(k, 0, sizeof ba, &ba);
@@ -121,15 +114,10 @@ static void check_product(int trans_b, int n_cols)
 /* Two warpgroups trading registers under a cap of 128 (WG_MAXNREG). */
 static void check_registers(void)
 {
-    static const char *const files[] = {"common.h", "warpgroup_mma.h", "warpgroup_probe.cl", NULL};
-    cl_program prog = NULL;
-    assert_int_equal(program_get(env.ctx, files,
-                                 "#define STORAGE 2\n#define IDX_LONG 0\n#define VARLEN 0\n#define WGMMA_NV 1\n#define TRANS_B 0\n"
-                                 "#define WG_MAXNREG 128\n",
-                                 &prog),
-                     CLNSA_SUCCESS);
     cl_kernel k = NULL;
-    assert_int_equal(kernel_create(env.ctx, prog, "warpgroup_registers", &k), CLNSA_SUCCESS);
+    assert_int_equal(kernel_create(env.ctx, probe_program("#define TRANS_B 0\n#define WG_MAXNREG 128\n"),
+                                   "warpgroup_registers", &k),
+                     CLNSA_SUCCESS);
     cl_mem bo = poisoned(&env, 512, CLNSA_DTYPE_F32);
     clSetKernelArg(k, 0, sizeof bo, &bo);
     const size_t global = 512, local = 256;

@@ -6,11 +6,10 @@
  * device of compute capability 9.0 (checked on the H200, 2026-11-29: wgmma
  * exact, 975.6 TFLOP/s against mma.sync's 646.1, bench/RESULTS.md). So
  * kernels write each such instruction as a PTX comment behind SM90A_MARK
- * (cl/warpgroup_mma.h): the
- * first build compiles comments, with the operands already named by the
- * compiler; this file turns them into instructions and retargets the module
- * (and gives each kernel the register cap setmaxnreg needs); program.c then
- * builds the result as a binary. */
+ * (cl/warpgroup_mma.h): the first build compiles comments, with the operands
+ * already named by the compiler; this file turns them into instructions and
+ * retargets the module (and gives each kernel the register cap setmaxnreg
+ * needs); program.c then builds the result as a binary. */
 #include "internal.h"
 
 #include <stdio.h>

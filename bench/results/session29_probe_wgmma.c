@@ -12,19 +12,7 @@
  * m64nNk16 for N = 64, 128, 256 against mma.sync m16n8k16.
  *
  * Build: gcc -O2 -std=c11 bench/results/session29_probe_wgmma.c -lOpenCL -o probe_wgmma */
-#define _POSIX_C_SOURCE 200809L
-#define CL_TARGET_OPENCL_VERSION 120
-#include <CL/cl.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-#include <math.h>
-
-static cl_context ctx;
-static cl_device_id dev;
-static cl_command_queue q;
-
-#define CK(x) do { cl_int e_ = (x); if (e_ != CL_SUCCESS) { printf("FAIL %s: %d (line %d)\n", #x, e_, __LINE__); exit(1); } } while (0)
+#include "probe_host.h"
 
 static char *build_log(cl_program p) {
     size_t n = 0;
@@ -251,16 +239,7 @@ static double time_kernel(cl_kernel k, size_t groups, int reps) {
 }
 
 int main(void) {
-    cl_platform_id plats[8];
-    cl_uint np = 0;
-    CK(clGetPlatformIDs(8, plats, &np));
-    int found = 0;
-    for (cl_uint i = 0; i < np && !found; i++) {
-        char name[256];
-        clGetPlatformInfo(plats[i], CL_PLATFORM_NAME, sizeof name, name, NULL);
-        if (strstr(name, "NVIDIA") && clGetDeviceIDs(plats[i], CL_DEVICE_TYPE_GPU, 1, &dev, NULL) == CL_SUCCESS) found = 1;
-    }
-    if (!found) { printf("no NVIDIA GPU\n"); return 1; }
+    find_nvidia_gpu();
     char dname[256], dver[256];
     clGetDeviceInfo(dev, CL_DEVICE_NAME, sizeof dname, dname, NULL);
     clGetDeviceInfo(dev, CL_DRIVER_VERSION, sizeof dver, dver, NULL);

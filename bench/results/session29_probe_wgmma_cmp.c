@@ -2,143 +2,32 @@
  * double-precision reference at a small T, then timed at the anchor's T. Links the library's
  * ptx_to_sm90a. Run from the project root on the GPU machine:
  *   gcc -O2 -std=c11 -Iinclude -Isrc bench/results/session29_probe_wgmma_cmp.c build-gpu/libclnsa.a -lOpenCL -lm -lpthread */
-#define _POSIX_C_SOURCE 200809L
-#define CL_TARGET_OPENCL_VERSION 120
-#include <CL/cl.h>
-#include <math.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
+#include "probe_host.h"
 
-char *ptx_to_sm90a(const char *ptx, int maxnreg, const char **why);
-
-#define CK(x) do { cl_int e_ = (x); if (e_ != CL_SUCCESS) { printf("FAIL %s: %d (line %d)\n", #x, e_, __LINE__); exit(1); } } while (0)
 enum { D = 128, HQ = 64, NH = 4, CB = 64 };
-
-static cl_context ctx;
-static cl_device_id dev;
-static cl_command_queue q;
-
-static char *slurp(const char *path)
-{
-    FILE *f = fopen(path, "rb");
-    if (!f) { printf("cannot open %s\n", path); exit(1); }
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *s = calloc((size_t)n + 1, 1);
-    if (fread(s, 1, (size_t)n, f) != (size_t)n) exit(1);
-    fclose(f);
-    return s;
-}
 
 static const char *variant = "";
 
 static cl_program build(int wgn)
 {
-    char head[256];
+    char head[256], name[64];
     snprintf(head, sizeof head, "#define WGMMA_NV 1\n#define WGN %d\n%s\n%s\n", wgn, variant,
              getenv("EXTRA") ? getenv("EXTRA") : "");
-    char *a = slurp("cl/warpgroup_mma.h"), *b = slurp("bench/results/session29_probe_wgmma_cmp.cl");
-    size_t n = strlen(head) + strlen(a) + strlen(b) + 2;
-    char *src = malloc(n);
-    snprintf(src, n, "%s%s\n%s", head, a, b);
-    cl_int err;
-    const char *cs = src;
-    cl_program p = clCreateProgramWithSource(ctx, 1, &cs, NULL, &err);
-    CK(err);
-    if (clBuildProgram(p, 1, &dev, "-cl-std=CL1.2 -cl-unsafe-math-optimizations", NULL, NULL) != CL_SUCCESS) {
-        char log[20000] = "";
-        clGetProgramBuildInfo(p, dev, CL_PROGRAM_BUILD_LOG, sizeof log, log, NULL);
-        printf("build failed:\n%s\n", log);
-        exit(1);
-    }
-    size_t len;
-    CK(clGetProgramInfo(p, CL_PROGRAM_BINARY_SIZES, sizeof len, &len, NULL));
-    char *ptx = calloc(len + 1, 1);
-    CK(clGetProgramInfo(p, CL_PROGRAM_BINARIES, sizeof ptx, &ptx, NULL));
-    const char *why = NULL;
-    char *ptx2 = ptx_to_sm90a(ptx, 0, &why);
-    if (!ptx2) { printf("rewrite: %s\n", why); exit(1); }
-    size_t n2 = strlen(ptx2) + 1;
-    const unsigned char *bin = (const unsigned char *)ptx2;
-    cl_int bs;
-    cl_program p2 = clCreateProgramWithBinary(ctx, 1, &dev, &n2, &bin, &bs, &err);
-    CK(err);
-    const cl_int bst = clBuildProgram(p2, 1, &dev, "-cl-nv-verbose", NULL, NULL);
-    {
-        char log[20000] = "";
-        clGetProgramBuildInfo(p2, dev, CL_PROGRAM_BUILD_LOG, sizeof log, log, NULL);
-        printf("  JIT log: %s\n", log);
-    }
-    if (bst != CL_SUCCESS) {
-        char log[20000] = "";
-        clGetProgramBuildInfo(p2, dev, CL_PROGRAM_BUILD_LOG, sizeof log, log, NULL);
-        printf("sm_90a build failed:\n%s\n", log);
-        exit(1);
-    }
-    if (getenv("OUT")) {
-        char path[512];
-        snprintf(path, sizeof path, "%s/cmp_wgn%d_%d.ptx", getenv("OUT"), wgn, (int)strlen(variant));
-        FILE *f = fopen(path, "w");
-        if (f) { fputs(ptx2, f); fclose(f); }
-    }
-    return p2;
-}
-
-static unsigned short bf16(float f)
-{
-    unsigned u;
-    memcpy(&u, &f, 4);
-    u += 0x7fff + ((u >> 16) & 1);
-    return (unsigned short)(u >> 16);
-}
-static double unbf(unsigned short h)
-{
-    unsigned u = (unsigned)h << 16;
-    float f;
-    memcpy(&f, &u, 4);
-    return f;
+    snprintf(name, sizeof name, "cmp_wgn%d_%d.ptx", wgn, (int)strlen(variant));
+    static const char *const files[] = {"cl/warpgroup_mma.h", "bench/results/session29_probe_wgmma_cmp.cl", NULL};
+    return build_sm90a(head, files, name);
 }
 
 static double run(cl_kernel k, int T, int wgn, int reps)
 {
     size_t ls = 128 * (size_t)wgn, gs[2] = {(size_t)((T + 4 * wgn - 1) / (4 * wgn)) * ls, NH}, lsz[2] = {ls, 1};
-    double t[16];
-    for (int r = 0; r < reps; ++r) {
-        cl_event ev;
-        cl_int e = clEnqueueNDRangeKernel(q, k, 2, NULL, gs, lsz, 0, NULL, &ev);
-        if (e != CL_SUCCESS) { printf("  launch failed: %d\n", e); return -1; }
-        CK(clWaitForEvents(1, &ev));
-        cl_ulong a, b;
-        clGetEventProfilingInfo(ev, CL_PROFILING_COMMAND_START, sizeof a, &a, NULL);
-        clGetEventProfilingInfo(ev, CL_PROFILING_COMMAND_END, sizeof b, &b, NULL);
-        t[r] = (b - a) * 1e-6;
-        clReleaseEvent(ev);
-    }
-    for (int i = 0; i < reps; ++i)
-        for (int j = i + 1; j < reps; ++j)
-            if (t[j] < t[i]) { double x = t[i]; t[i] = t[j]; t[j] = x; }
-    return t[reps / 2];
+    return median_ms(k, 2, gs, lsz, reps);
 }
 
 int main(void)
 {
-    cl_platform_id plats[8];
-    cl_uint np = 0;
-    CK(clGetPlatformIDs(8, plats, &np));
-    int found = 0;
-    for (cl_uint i = 0; i < np && !found; i++) {
-        char name[256];
-        clGetPlatformInfo(plats[i], CL_PLATFORM_NAME, sizeof name, name, NULL);
-        if (strstr(name, "NVIDIA") && clGetDeviceIDs(plats[i], CL_DEVICE_TYPE_GPU, 1, &dev, NULL) == CL_SUCCESS) found = 1;
-    }
-    if (!found) { printf("no NVIDIA GPU\n"); return 1; }
+    open_nvidia_gpu();
     cl_int err;
-    ctx = clCreateContext(NULL, 1, &dev, NULL, NULL, &err);
-    CK(err);
-    q = clCreateCommandQueue(ctx, dev, CL_QUEUE_PROFILING_ENABLE, &err);
-    CK(err);
     const float scale_log2 = (float)(1.0 / sqrt((double)D) / log(2.0));
     const int Tmax = 65536, NCmax = Tmax / CB;
     unsigned short *hq = malloc((size_t)Tmax * HQ * D * 2), *hk = malloc((size_t)NCmax * NH * D * 2),
@@ -188,20 +77,9 @@ int main(void)
             for (int t = 0; t < T; ++t)
                 for (int hqi = 0; hqi < HQ; ++hqi) {
                     const int h = hqi / 16, nv = (t + 1) / CB;
-                    double mx = -INFINITY, sum = 0;
-                    for (int j = 0; j < nv; ++j) {
-                        double s = 0;
-                        for (int d = 0; d < D; ++d)
-                            s += unbf(hq[((size_t)t * HQ + hqi) * D + d]) * unbf(hk[((size_t)j * NH + h) * D + d]);
-                        sc[j] = s / sqrt((double)D);
-                        if (sc[j] > mx) mx = sc[j];
-                    }
-                    for (int d = 0; d < D; ++d) ref[d] = 0;
-                    for (int j = 0; j < nv; ++j) {
-                        const double p = exp(sc[j] - mx);
-                        sum += p;
-                        for (int d = 0; d < D; ++d) ref[d] += p * unbf(hv[((size_t)j * NH + h) * D + d]);
-                    }
+                    double mx, sum;
+                    cmp_reference(hq + ((size_t)t * HQ + hqi) * D, hk + (size_t)h * D, hv + (size_t)h * D, (size_t)NH * D, nv, D,
+                                  sc, &mx, &sum, ref);
                     for (int d = 0; d < D; ++d) {
                         const double r = nv ? ref[d] / sum : 0, x = o[((size_t)t * HQ + hqi) * D + d];
                         if (isnan(x)) nans++;

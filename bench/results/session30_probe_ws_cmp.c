@@ -1,106 +1,24 @@
 /* Probe: NSA's compressed branch warp-specialized on wgmma (bench/results/session30_probe_ws_cmp.cl),
  * checked against a double-precision reference at a small T, then timed at the anchor's T. The
  * session29 probe's host, with a persistent grid and bf16 output. Environment: EXTRA (defines),
- * VFIRST / VLAST (variants), WGN (consumer warpgroups), NWG (work-groups; default the compute units). Run from the project
- * root on the GPU machine:
+ * VFIRST / VLAST (variants), WGN (consumer warpgroups), NWG (work-groups; default the compute
+ * units), ALLT (time T 8k, 16k, 32k, 64k; else 8k and 64k). Run from the project root on the GPU
+ * machine:
  *   gcc -O2 -std=c11 -Iinclude -Isrc bench/results/session30_probe_ws_cmp.c build-gpu/libclnsa.a -lOpenCL -lm -lpthread */
-#define _POSIX_C_SOURCE 200809L
-#define CL_TARGET_OPENCL_VERSION 120
-#include <CL/cl.h>
-#include <math.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
+#include "probe_host.h"
 
-char *ptx_to_sm90a(const char *ptx, int maxnreg, const char **why);
-
-#define CK(x) do { cl_int e_ = (x); if (e_ != CL_SUCCESS) { printf("FAIL %s: %d (line %d)\n", #x, e_, __LINE__); exit(1); } } while (0)
 enum { D = 128, HQ = 64, NH = 4, CB = 64 };
-
-static cl_context ctx;
-static cl_device_id dev;
-static cl_command_queue q;
-
-static char *slurp(const char *path)
-{
-    FILE *f = fopen(path, "rb");
-    if (!f) { printf("cannot open %s\n", path); exit(1); }
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *s = calloc((size_t)n + 1, 1);
-    if (fread(s, 1, (size_t)n, f) != (size_t)n) exit(1);
-    fclose(f);
-    return s;
-}
 
 static const char *variant = "";
 
 static cl_program build(int wgn)
 {
-    char head[1024];
+    char head[1024], name[64];
     snprintf(head, sizeof head, "#define WGMMA_NV 1\n#define NCONS %d\n%s\n%s\n", wgn, variant,
              getenv("EXTRA") ? getenv("EXTRA") : "");
-    char *a = slurp("cl/warpgroup_mma.h"), *b = slurp("bench/results/session30_probe_ws_cmp.cl");
-    size_t n = strlen(head) + strlen(a) + strlen(b) + 2;
-    char *src = malloc(n);
-    snprintf(src, n, "%s%s\n%s", head, a, b);
-    cl_int err;
-    const char *cs = src;
-    cl_program p = clCreateProgramWithSource(ctx, 1, &cs, NULL, &err);
-    CK(err);
-    if (clBuildProgram(p, 1, &dev, "-cl-std=CL1.2 -cl-unsafe-math-optimizations", NULL, NULL) != CL_SUCCESS) {
-        char log[20000] = "";
-        clGetProgramBuildInfo(p, dev, CL_PROGRAM_BUILD_LOG, sizeof log, log, NULL);
-        printf("build failed:\n%s\n", log);
-        exit(1);
-    }
-    size_t len;
-    CK(clGetProgramInfo(p, CL_PROGRAM_BINARY_SIZES, sizeof len, &len, NULL));
-    char *ptx = calloc(len + 1, 1);
-    CK(clGetProgramInfo(p, CL_PROGRAM_BINARIES, sizeof ptx, &ptx, NULL));
-    const char *why = NULL;
-    char *ptx2 = ptx_to_sm90a(ptx, strstr(src, "#define WG_MAXNREG ") ? atoi(strstr(src, "#define WG_MAXNREG ") + 19) : 0, &why);
-    if (!ptx2) { printf("rewrite: %s\n", why); exit(1); }
-    size_t n2 = strlen(ptx2) + 1;
-    const unsigned char *bin = (const unsigned char *)ptx2;
-    cl_int bs;
-    cl_program p2 = clCreateProgramWithBinary(ctx, 1, &dev, &n2, &bin, &bs, &err);
-    CK(err);
-    const cl_int bst = clBuildProgram(p2, 1, &dev, "-cl-nv-verbose", NULL, NULL);
-    {
-        char log[20000] = "";
-        clGetProgramBuildInfo(p2, dev, CL_PROGRAM_BUILD_LOG, sizeof log, log, NULL);
-        printf("  JIT log: %s\n", log);
-    }
-    if (bst != CL_SUCCESS) {
-        char log[20000] = "";
-        clGetProgramBuildInfo(p2, dev, CL_PROGRAM_BUILD_LOG, sizeof log, log, NULL);
-        printf("sm_90a build failed:\n%s\n", log);
-        exit(1);
-    }
-    if (getenv("OUT")) {
-        char path[512];
-        snprintf(path, sizeof path, "%s/ws_ncons%d_%d.ptx", getenv("OUT"), wgn, (int)strlen(variant));
-        FILE *f = fopen(path, "w");
-        if (f) { fputs(ptx2, f); fclose(f); }
-    }
-    return p2;
-}
-
-static unsigned short bf16(float f)
-{
-    unsigned u;
-    memcpy(&u, &f, 4);
-    u += 0x7fff + ((u >> 16) & 1);
-    return (unsigned short)(u >> 16);
-}
-static double unbf(unsigned short h)
-{
-    unsigned u = (unsigned)h << 16;
-    float f;
-    memcpy(&f, &u, 4);
-    return f;
+    snprintf(name, sizeof name, "ws_ncons%d_%d.ptx", wgn, (int)strlen(variant));
+    static const char *const files[] = {"cl/warpgroup_mma.h", "bench/results/session30_probe_ws_cmp.cl", NULL};
+    return build_sm90a(head, files, name);
 }
 
 static int nwg = 132;
@@ -109,41 +27,13 @@ static double run(cl_kernel k, int T, int wgn, int reps)
 {
     (void)T;
     size_t ls = 128 * (size_t)(wgn + 1), gs = (size_t)nwg * ls;
-    double t[16];
-    for (int r = 0; r < reps; ++r) {
-        cl_event ev;
-        cl_int e = clEnqueueNDRangeKernel(q, k, 1, NULL, &gs, &ls, 0, NULL, &ev);
-        if (e != CL_SUCCESS) { printf("  launch failed: %d\n", e); return -1; }
-        CK(clWaitForEvents(1, &ev));
-        cl_ulong a, b;
-        clGetEventProfilingInfo(ev, CL_PROFILING_COMMAND_START, sizeof a, &a, NULL);
-        clGetEventProfilingInfo(ev, CL_PROFILING_COMMAND_END, sizeof b, &b, NULL);
-        t[r] = (b - a) * 1e-6;
-        clReleaseEvent(ev);
-    }
-    for (int i = 0; i < reps; ++i)
-        for (int j = i + 1; j < reps; ++j)
-            if (t[j] < t[i]) { double x = t[i]; t[i] = t[j]; t[j] = x; }
-    return t[reps / 2];
+    return median_ms(k, 1, &gs, &ls, reps);
 }
 
 int main(void)
 {
-    cl_platform_id plats[8];
-    cl_uint np = 0;
-    CK(clGetPlatformIDs(8, plats, &np));
-    int found = 0;
-    for (cl_uint i = 0; i < np && !found; i++) {
-        char name[256];
-        clGetPlatformInfo(plats[i], CL_PLATFORM_NAME, sizeof name, name, NULL);
-        if (strstr(name, "NVIDIA") && clGetDeviceIDs(plats[i], CL_DEVICE_TYPE_GPU, 1, &dev, NULL) == CL_SUCCESS) found = 1;
-    }
-    if (!found) { printf("no NVIDIA GPU\n"); return 1; }
+    open_nvidia_gpu();
     cl_int err;
-    ctx = clCreateContext(NULL, 1, &dev, NULL, NULL, &err);
-    CK(err);
-    q = clCreateCommandQueue(ctx, dev, CL_QUEUE_PROFILING_ENABLE, &err);
-    CK(err);
     {
         cl_uint cu = 0;
         CK(clGetDeviceInfo(dev, CL_DEVICE_MAX_COMPUTE_UNITS, sizeof cu, &cu, NULL));
@@ -162,16 +52,24 @@ int main(void)
     cl_mem bv = clCreateBuffer(ctx, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR, (size_t)NCmax * NH * D * 2, hv, &err);
     cl_mem bo = clCreateBuffer(ctx, CL_MEM_READ_WRITE, (size_t)Tmax * HQ * D * 2, NULL, &err);
     cl_mem bl = clCreateBuffer(ctx, CL_MEM_READ_WRITE, (size_t)Tmax * HQ * 4, NULL, &err);
+    cl_mem bi = clCreateBuffer(ctx, CL_MEM_READ_WRITE, (size_t)Tmax * NH * NCmax * 4, NULL, &err); /* importance */
+    CK(err);
+    cl_mem bx = clCreateBuffer(ctx, CL_MEM_READ_WRITE, (size_t)Tmax * NH * 16 * 4, NULL, &err); /* the top-16 */
+    CK(err);
 
 #define REGS3 "#define REGS 1\n#define REG_LO 32\n#define REG_HI 152\n#define WG_MAXNREG 128\n"
 #define REGS2 "#define REGS 1\n#define REG_LO 40\n#define REG_HI 232\n#define WG_MAXNREG 168\n"
-    /* 0-3 with 3 consumer warpgroups (WGN 3), 4-5 with 2 */
+    /* 0-3 and 6-7 with 3 consumer warpgroups (WGN 3), 4-5 with 2 */
     static const char *variants[] = {REGS3 "#define NSTK 3",
                                      REGS3 "#define NSTK 3\n#define PIPE 1",
                                      "#define REGS 1\n#define REG_LO 24\n#define REG_HI 160\n#define WG_MAXNREG 128\n#define NSTK 3\n#define PIPE 1",
                                      REGS3 "#define PIPE 1",
                                      REGS2 "#define NSTK 3\n#define PIPE 1",
-                                     REGS2 "#define NSTK 3"};
+                                     REGS2 "#define NSTK 3",
+                                     REGS3 "#define NSTK 3\n#define LANES_BY_KEY 1",
+                                     REGS3 "#define NSTK 3\n#define LANES_BY_KEY 1\n#define PASS2 1",
+                                     REGS3 "#define NSTK 3\n#define LANES_BY_KEY 1\n#define PASS2 1\n#define LIST_ONLY 1",
+                                     REGS3 "#define NSTK 3\n#define LANES_BY_KEY 1\n#define PASS2 1\n#define LIST_ONLY 1\n#define MERGE_MIN 8"};
     const int first = getenv("VFIRST") ? atoi(getenv("VFIRST")) : 0;
     const int last = getenv("VLAST") ? atoi(getenv("VLAST")) : 0;
     for (int vi = first; vi <= last; ++vi)
@@ -187,6 +85,8 @@ int main(void)
         clSetKernelArg(k, 3, sizeof bo, &bo);
         clSetKernelArg(k, 4, sizeof bl, &bl);
         clSetKernelArg(k, 6, sizeof scale_log2, &scale_log2);
+        clSetKernelArg(k, 7, sizeof bi, &bi);
+        clSetKernelArg(k, 8, sizeof bx, &bx);
         /* check at T = 1000 (not a multiple of 4 * wgn or of 64) against the reference */
         {
             const int T = 1000;
@@ -194,32 +94,31 @@ int main(void)
             const unsigned short nanh = 0x7fc0;
             CK(clEnqueueFillBuffer(q, bo, &nanh, 2, 0, (size_t)T * HQ * D * 2, 0, NULL, NULL));
             CK(clEnqueueFillBuffer(q, bl, &nanv, 4, 0, (size_t)T * HQ * 4, 0, NULL, NULL));
+            CK(clEnqueueFillBuffer(q, bi, &nanv, 4, 0, (size_t)T * NH * NCmax * 4, 0, NULL, NULL));
+            const int poison = -7;
+            CK(clEnqueueFillBuffer(q, bx, &poison, 4, 0, (size_t)T * NH * 16 * 4, 0, NULL, NULL));
             clSetKernelArg(k, 5, sizeof T, &T);
             if (run(k, T, wgn, 1) < 0) continue;
             unsigned short *o = malloc((size_t)T * HQ * D * 2);
             float *l = malloc((size_t)T * HQ * 4);
             CK(clEnqueueReadBuffer(q, bo, CL_TRUE, 0, (size_t)T * HQ * D * 2, o, 0, NULL, NULL));
             CK(clEnqueueReadBuffer(q, bl, CL_TRUE, 0, (size_t)T * HQ * 4, l, 0, NULL, NULL));
-            double num = 0, den = 0, lerr = 0;
+            float *im = malloc((size_t)T * NH * NCmax * 4);
+            CK(clEnqueueReadBuffer(q, bi, CL_TRUE, 0, (size_t)T * NH * NCmax * 4, im, 0, NULL, NULL));
+            int *sel = malloc((size_t)T * NH * 16 * 4), badsel = 0;
+            CK(clEnqueueReadBuffer(q, bx, CL_TRUE, 0, (size_t)T * NH * 16 * 4, sel, 0, NULL, NULL));
+            double num = 0, den = 0, lerr = 0, inum = 0, iden = 0, impref[NH][1024] = {{0}};
+            int inans = 0;
             int nans = 0;
             double sc[1024], ref[D];
-            for (int t = 0; t < T; ++t)
+            for (int t = 0; t < T; ++t) {
+                memset(impref, 0, sizeof impref);
                 for (int hqi = 0; hqi < HQ; ++hqi) {
                     const int h = hqi / 16, nv = (t + 1) / CB;
-                    double mx = -INFINITY, sum = 0;
-                    for (int j = 0; j < nv; ++j) {
-                        double s = 0;
-                        for (int d = 0; d < D; ++d)
-                            s += unbf(hq[((size_t)t * HQ + hqi) * D + d]) * unbf(hk[((size_t)j * NH + h) * D + d]);
-                        sc[j] = s / sqrt((double)D);
-                        if (sc[j] > mx) mx = sc[j];
-                    }
-                    for (int d = 0; d < D; ++d) ref[d] = 0;
-                    for (int j = 0; j < nv; ++j) {
-                        const double p = exp(sc[j] - mx);
-                        sum += p;
-                        for (int d = 0; d < D; ++d) ref[d] += p * unbf(hv[((size_t)j * NH + h) * D + d]);
-                    }
+                    double mx, sum;
+                    cmp_reference(hq + ((size_t)t * HQ + hqi) * D, hk + (size_t)h * D, hv + (size_t)h * D, (size_t)NH * D, nv, D,
+                                  sc, &mx, &sum, ref);
+                    for (int j = 0; j < nv; ++j) impref[h][j] += exp(sc[j] - mx) / sum;
                     for (int d = 0; d < D; ++d) {
                         const double r = nv ? ref[d] / sum : 0, x = unbf(o[((size_t)t * HQ + hqi) * D + d]);
                         if (isnan(x)) nans++;
@@ -231,12 +130,47 @@ int main(void)
                     else if (nv && fabs(lx - lr) > lerr) lerr = fabs(lx - lr);
                     else if (!nv && lx != -INFINITY) nans++;
                 }
+                for (int h = 0; h < NH; ++h) { /* the top 16: blocks 0 and nv - 1 forced, ties to the lower */
+                    const int nv = (t + 1) / CB;
+                    int want[16], got[16];
+                    for (int i = 0; i < 16; ++i) {
+                        int best = -1;
+                        double bv = -INFINITY;
+                        for (int j = 0; j < nv; ++j) {
+                            int taken = 0;
+                            for (int u = 0; u < i; ++u) taken |= want[u] == j;
+                            const double v = (j == 0 || j == nv - 1) ? INFINITY : impref[h][j];
+                            if (!taken && (best < 0 || v > bv)) { best = j; bv = v; }
+                        }
+                        want[i] = best;
+                        got[i] = sel[((size_t)t * NH + h) * 16 + i];
+                    }
+                    for (int i = 0; i < 16; ++i)
+                        for (int u = i + 1; u < 16; ++u) {
+                            if (want[u] < want[i]) { int x = want[i]; want[i] = want[u]; want[u] = x; }
+                            if (got[u] < got[i]) { int x = got[i]; got[i] = got[u]; got[u] = x; }
+                        }
+                    badsel += memcmp(want, got, sizeof want) != 0;
+                }
+                for (int h = 0; h < NH; ++h)
+                    for (int j = 0; j < (t + 1) / CB; ++j) {
+                        const double x = im[((size_t)t * NH + h) * NCmax + j], r = impref[h][j];
+                        if (isnan(x)) inans++;
+                        else inum += (x - r) * (x - r);
+                        iden += r * r;
+                    }
+            }
             printf("NCONS %d: check at T %d: o rel L2 %.3g, lse max |err| %.3g, NaN/unwritten %d\n", wgn, T, sqrt(num / den), lerr,
                    nans);
+            if (strstr(variant, "PASS2"))
+                printf("NCONS %d: importance rel L2 %.3g, NaN/unwritten %d (LIST_ONLY: all); top-16 rows differing: %d of %d\n", wgn,
+                       sqrt(inum / iden), inans, badsel, T * NH);
+            free(sel);
+            free(im);
             free(o);
             free(l);
         }
-        for (int T = 8192; T <= Tmax; T *= 8) {
+        for (int T = 8192; T <= Tmax; T *= getenv("ALLT") ? 2 : 8) {
             clSetKernelArg(k, 5, sizeof T, &T);
             run(k, T, wgn, 2);
             const double ms = run(k, T, wgn, 7);

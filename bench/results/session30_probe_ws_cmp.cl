@@ -23,6 +23,15 @@
 #ifndef NSTV
 #define NSTV 2
 #endif
+/* PASS2 1: the top-k's second pass after each tile: the blocks' importance, written to imp
+ * (not with LIST_ONLY 1), and the top-SEL list, written to idx. */
+#ifndef LIST_ONLY
+#define LIST_ONLY 0
+#endif
+#ifndef PASS2
+#define PASS2 0
+#endif
+#define NCMAX 1024 /* compressed keys a row of imp (T up to 65536) */
 /* LANES_BY_KEY 1: the producer's lanes copy across keys first (see produce). */
 #ifndef LANES_BY_KEY
 #define LANES_BY_KEY 0
@@ -95,6 +104,13 @@ inline float shfl_xor_f(float x, int m)
     return as_float(r);
 }
 
+inline float shfl_idx_f(float x, int i)
+{
+    uint r;
+    asm volatile("shfl.sync.idx.b32 %0, %1, %2, 0x1f, 0xffffffff;" : "=r"(r) : "r"(as_uint(x)), "r"(i));
+    return as_float(r);
+}
+
 inline uint pack_bf16(float lo, float hi)
 {
     uint r;
@@ -124,7 +140,9 @@ inline void produce(__local ushort *ring, int nst, __local ulong *full, __local 
         int tok0, h;
         tile_of(i, T, &tok0, &h);
         const int nkeys = tile_keys(tok0, T);
-        for (int c0 = 0; c0 < nkeys; c0 += KC, ++it) {
+        /* With PASS2 K goes through twice: the compressed branch, then the importance. */
+        for (int c = 0; c < (nkeys + KC - 1) / KC * (v ? 1 : 1 + PASS2); ++c, ++it) {
+            const int c0 = c % ((nkeys + KC - 1) / KC) * KC;
             const uint s = it % nst, ph = (it / nst) & 1;
             mbar_wait(&empty[s], ph ^ 1);
             __local ushort *t = ring + s * (KC * D);
@@ -229,6 +247,22 @@ inline void qk_issue(float *s, uint (*qa)[4], __local ushort *kt)
     }
 }
 
+/* Chunk it's scores s = Q K^T, from K stage it % NSTK, which it waits for and then releases. */
+inline void stage_scores(float *s, uint (*qa)[4], __local ushort (*kt)[KC * D], __local ulong *kfull,
+                         __local ulong *kempty, uint it)
+{
+    const uint sk = it % NSTK;
+    mbar_wait(&kfull[sk], (it / NSTK) & 1);
+    wg_shared_fence();
+#pragma unroll
+    for (int j = 0; j < KC / 2; ++j) s[j] = 0.0f;
+    wg_fence();
+    qk_issue(s, qa, kt[sk]);
+    wg_commit();
+    wg_wait_all();
+    mbar_arrive(&kempty[sk]);
+}
+
 inline void pv_issue(float (*oacc)[32], uint (*pa)[4], __local ushort *vt)
 {
 #pragma unroll
@@ -238,12 +272,144 @@ inline void pv_issue(float (*oacc)[32], uint (*pa)[4], __local ushort *vt)
             WGMMA_M64N64K16_BF16(oacc[hh], pa[ks], wg_desc(vt + ks * 128 + hh * 64 * KC, 128, 16 * KC), 1, 1);
 }
 
+/* The token's top-SEL list over its blocks (compressed = selection blocks), in the warp's lanes:
+ * lane i < SEL holds entry i, best first (equal scores: the lower block first); -inf / -1
+ * unfilled. Blocks 0 and nvis - 1 are forced (score +inf). */
+#define SEL 16
+inline bool entry_before(float va, int ja, float vb, int jb) { return va > vb || (va == vb && ja < jb); }
+
+inline int shfl_xor_i(int x, int m) { return as_int(shfl_xor_f(as_float(x), m)); }
+
+/* A compare-exchange with lane ^ m: the lane keeps the earlier entry if `first`. */
+inline void exchange(float *v, int *j, int m, bool first)
+{
+    const float pv = shfl_xor_f(*v, m);
+    const int pj = shfl_xor_i(*j, m);
+    if (entry_before(pv, pj, *v, *j) == first) {
+        *v = pv;
+        *j = pj;
+    }
+}
+
+/* Merges the lanes' candidates (v, j) into the list (lv, lj): a bitonic sort of the 32, the
+ * better of list entry i and candidate 31 - i, a bitonic merge. */
+inline void list_merge(float *lv, int *lj, float v, int j, int lane)
+{
+#pragma unroll
+    for (int k = 2; k <= 32; k *= 2)
+#pragma unroll
+        for (int m = k / 2; m > 0; m /= 2) exchange(&v, &j, m, ((lane & m) == 0) == ((lane & k) == 0));
+    const float rv = shfl_xor_f(v, 31);
+    const int rj = shfl_xor_i(j, 31);
+    if (entry_before(rv, rj, *lv, *lj)) {
+        *lv = rv;
+        *lj = rj;
+    }
+#pragma unroll
+    for (int m = 16; m > 0; m /= 2) exchange(lv, lj, m, (lane & m) == 0);
+    if (lane >= SEL) {
+        *lv = -INFINITY;
+        *lj = -1;
+    }
+}
+
+inline uint ballot(bool p)
+{
+    uint r;
+    asm volatile("{ .reg .pred p; setp.ne.u32 p, %1, 0; vote.sync.ballot.b32 %0, p, 0xffffffff; }" : "=r"(r) : "r"(p ? 1 : 0));
+    return r;
+}
+
+/* Inserts (v, j), the same on every lane, where it belongs (nothing if past the list). */
+inline void list_insert(float *lv, int *lj, float v, int j, int lane)
+{
+    const int pos = popcount(ballot(lane < SEL && entry_before(*lv, *lj, v, j)));
+    uint uv, uj;
+    asm volatile("shfl.sync.up.b32 %0, %1, 1, 0, 0xffffffff;" : "=r"(uv) : "r"(as_uint(*lv)));
+    asm volatile("shfl.sync.up.b32 %0, %1, 1, 0, 0xffffffff;" : "=r"(uj) : "r"((uint)*lj));
+    if (pos < SEL && lane >= pos && lane < SEL) {
+        *lv = lane == pos ? v : as_float(uv);
+        *lj = lane == pos ? j : (int)uj;
+    }
+}
+
+/* Adds a chunk's candidates, if any beats the list's last entry: one by one where fewer than
+ * MERGE_MIN do, else merged at once. */
+#ifndef MERGE_MIN
+#define MERGE_MIN 33 /* 33: always merged */
+#endif
+inline void list_add(float *lv, int *lj, float v, int j, int lane)
+{
+    const float last_v = shfl_idx_f(*lv, SEL - 1);
+    const int last_j = as_int(shfl_idx_f(as_float(*lj), SEL - 1));
+    const bool enters = j >= 0 && entry_before(v, j, last_v, last_j);
+    uint mask = ballot(enters);
+    if (popcount(mask) >= MERGE_MIN) {
+        list_merge(lv, lj, enters ? v : -INFINITY, enters ? j : -1, lane);
+        return;
+    }
+    while (mask) {
+        const int i = 31 - clz(mask & -mask);
+        list_insert(lv, lj, shfl_idx_f(v, i), as_int(shfl_idx_f(as_float(j), i)), lane);
+        mask &= mask - 1;
+    }
+}
+
+#if PASS2
+#if KC != 32
+#error "PASS2 is written for chunks of 32 keys"
+#endif
+/* Half the values x (n of them) summed with the other half from the lane m apart: which half a
+ * lane keeps is its bit b. */
+#define HALVE(x, y, n, m, b)                                                                                           \
+    for (int i_ = 0; i_ < (n) / 2; ++i_)                                                                               \
+        y[i_] = ((b) ? x[i_ + (n) / 2] : x[i_]) + shfl_xor_f((b) ? x[i_] : x[i_ + (n) / 2], m);
+
+/* The top-k's second pass: each chunk's Q K^T again, the probabilities exp(s - lse) of the 16
+ * heads summed per key (NSA's block importance, compressed and selection blocks being the same),
+ * written to imp[tok][h][key]. The sum over a column's rows: rows g and g + 8 in the lane, then
+ * halvings across the lanes' g bits, after which lane (g, t4) holds the column
+ * 8 (g >> 1) + 2 t4 + (g & 1). */
+inline void importance(__local ushort (*kt)[KC * D], __local ulong *kfull, __local ulong *kempty, uint (*qa)[4],
+                       __global float *imp, __global int *idx, int T, int tok, int h, int nkeys, int nvis,
+                       float scale_log2, float m0, float m1, float l0, float l1, int gq, int t4, uint *itk)
+{
+    float lv = -INFINITY;
+    int lj = -1;
+    const float z0 = l0 > 0.0f ? m0 + log2(l0) : INFINITY, z1 = l1 > 0.0f ? m1 + log2(l1) : INFINITY;
+    const int col = 8 * (gq >> 1) + 2 * t4 + (gq & 1);
+    __global float *row = imp + ((size_t)tok * NH + h) * NCMAX;
+    for (int c0 = 0; c0 < nkeys; c0 += KC, ++(*itk)) {
+        float s[KC / 2];
+        stage_scores(s, qa, kt, kfull, kempty, *itk);
+        float v[8], v4[4], v2[2], v1[1];
+#pragma unroll
+        for (int j = 0; j < 4; ++j)
+#pragma unroll
+            for (int e = 0; e < 2; ++e) {
+                const bool vis = c0 + 8 * j + 2 * t4 + e < nvis;
+                v[2 * j + e] = vis ? exp2(s[4 * j + e] * scale_log2 - z0) + exp2(s[4 * j + 2 + e] * scale_log2 - z1) : 0.0f;
+            }
+        HALVE(v, v4, 8, 16, (gq >> 2) & 1)
+        HALVE(v4, v2, 4, 8, (gq >> 1) & 1)
+        HALVE(v2, v1, 2, 4, gq & 1)
+#if !LIST_ONLY
+        if (tok < T && c0 + col < nvis) row[c0 + col] = v1[0];
+#endif
+        const int jb = c0 + col;
+        const bool vis = jb < nvis;
+        list_add(&lv, &lj, vis ? (jb == 0 || jb == nvis - 1 ? INFINITY : v1[0]) : -INFINITY, vis ? jb : -1, 4 * gq + t4);
+    }
+    if (tok < T && 4 * gq + t4 < SEL) idx[((size_t)tok * NH + h) * SEL + 4 * gq + t4] = lj;
+}
+#endif
+
 /* A consumer warpgroup (cw of NCONS): its 4 tokens of every tile. */
 inline void consume(__local ushort (*kt)[KC * D], __local ushort (*vt)[KC * D], __local ulong *kfull,
-                    __local ulong *kempty, __local ulong *vfull, __local ulong *vempty, __global const ushort *q, __global ushort *o, __global float *lse, int T,
+                    __local ulong *kempty, __local ulong *vfull, __local ulong *vempty, __global const ushort *q, __global ushort *o, __global float *lse, __global float *imp, __global int *idx, int T,
                     int ntiles, float scale_log2, int cw, int w, int gq, int t4)
 {
-    uint it = 0;
+    uint itk = 0, itv = 0;
     for (int i = get_group_id(0); i < ntiles; i += get_num_groups(0)) {
         int tok0, h;
         tile_of(i, T, &tok0, &h);
@@ -287,23 +453,23 @@ inline void consume(__local ushort (*kt)[KC * D], __local ushort (*vt)[KC * D], 
         uint pa[KC / 16][4], pn[KC / 16][4];
         float a0 = 1.0f, a1 = 1.0f;
         if (nch > 0) {
-            mbar_wait(&kfull[it % NSTK], (it / NSTK) & 1);
+            mbar_wait(&kfull[itk % NSTK], (itk / NSTK) & 1);
             wg_shared_fence();
             wg_fence();
-            qk_issue(s, qa, kt[it % NSTK]);
+            qk_issue(s, qa, kt[itk % NSTK]);
             wg_commit();
             wg_wait_all();
-            mbar_arrive(&kempty[it % NSTK]);
+            mbar_arrive(&kempty[itk % NSTK]);
             softmax_p(s, 0, nvis, t4, scale_log2, &m0, &m1, &l0, &l1, &a0, &a1, pa);
         }
-        for (int c = 0; c < nch; ++c, ++it) {
-            const uint sv = it % NSTV, sk = (it + 1) % NSTK;
+        for (int c = 0; c < nch; ++c, ++itk, ++itv) {
+            const uint sv = itv % NSTV, sk = (itk + 1) % NSTK;
             const bool more = c + 1 < nch;
             /* Issued on every chunk, the last one's on whatever the stage holds (not used), so
              * that the groups in flight are the same on every path: ptxas serializes the
              * products otherwise (C7514). */
             if (more) {
-                mbar_wait(&kfull[sk], ((it + 1) / NSTK) & 1);
+                mbar_wait(&kfull[sk], ((itk + 1) / NSTK) & 1);
                 wg_shared_fence();
             }
 #if PIPE_ZERO
@@ -313,7 +479,7 @@ inline void consume(__local ushort (*kt)[KC * D], __local ushort (*vt)[KC * D], 
             wg_fence();
             qk_issue(s, qa, kt[sk]);
             wg_commit();
-            mbar_wait(&vfull[sv], (it / NSTV) & 1);
+            mbar_wait(&vfull[sv], (itv / NSTV) & 1);
             wg_shared_fence();
             wg_fence();
             pv_issue(oacc, pa, vt[sv]);
@@ -334,18 +500,10 @@ inline void consume(__local ushort (*kt)[KC * D], __local ushort (*vt)[KC * D], 
             }
         }
 #else
-        for (int c0 = 0; c0 < nkeys; c0 += KC, ++it) {
-            const uint sk = it % NSTK, sv = it % NSTV;
-            mbar_wait(&kfull[sk], (it / NSTK) & 1);
-            wg_shared_fence();
+        for (int c0 = 0; c0 < nkeys; c0 += KC, ++itk, ++itv) {
+            const uint sv = itv % NSTV;
             float s[KC / 2];
-#pragma unroll
-            for (int j = 0; j < KC / 2; ++j) s[j] = 0.0f;
-            wg_fence();
-            qk_issue(s, qa, kt[sk]);
-            wg_commit();
-            wg_wait_all();
-            mbar_arrive(&kempty[sk]);
+            stage_scores(s, qa, kt, kfull, kempty, itk);
             uint pa[KC / 16][4];
 #if SKIP & 1
 #pragma unroll
@@ -357,7 +515,7 @@ inline void consume(__local ushort (*kt)[KC * D], __local ushort (*vt)[KC * D], 
             softmax_p(s, c0, nvis, t4, scale_log2, &m0, &m1, &l0, &l1, &a0, &a1, pa);
             rescale(oacc, a0, a1);
 #endif
-            mbar_wait(&vfull[sv], (it / NSTV) & 1);
+            mbar_wait(&vfull[sv], (itv / NSTV) & 1);
             wg_shared_fence();
             wg_fence();
             pv_issue(oacc, pa, vt[sv]);
@@ -386,12 +544,15 @@ inline void consume(__local ushort (*kt)[KC * D], __local ushort (*vt)[KC * D], 
                 lse[(size_t)tok * HQ + hq1] = l1 > 0.0f ? m1 * 0.69314718f + log(l1) : -INFINITY;
             }
         }
+#if PASS2
+        importance(kt, kfull, kempty, qa, imp, idx, T, tok, h, nkeys, nvis, scale_log2, m0, m1, l0, l1, gq, t4, &itk);
+#endif
     }
 }
 
 __kernel __attribute__((reqd_work_group_size(128 * (NCONS + 1), 1, 1))) void
 cmp_ws(__global const ushort *q, __global const ushort *kc, __global const ushort *vc, __global ushort *o,
-       __global float *lse, int T, float scale_log2)
+       __global float *lse, int T, float scale_log2, __global float *imp, __global int *idx)
 {
     __local ushort kt[NSTK][KC * D] __attribute__((aligned(128)));
     __local ushort vt[NSTV][KC * D] __attribute__((aligned(128)));
@@ -419,6 +580,6 @@ cmp_ws(__global const ushort *q, __global const ushort *kc, __global const ushor
 #if REGS
         WG_REGS_INC(REG_HI);
 #endif
-        consume(kt, vt, kfull, kempty, vfull, vempty, q, o, lse, T, ntiles, scale_log2, wgi - 1, w, lane / 4, lane % 4);
+        consume(kt, vt, kfull, kempty, vfull, vempty, q, o, lse, imp, idx, T, ntiles, scale_log2, wgi - 1, w, lane / 4, lane % 4);
     }
 }

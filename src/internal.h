@@ -125,6 +125,9 @@ clnsa_status program_get(clnsa_context *ctx, const char *const *files, const cha
  * WG_MAXNREG; setmaxnreg needs it): malloc'ed, or NULL with *why saying what
  * was missing. */
 char *ptx_to_sm90a(const char *ptx, int maxnreg, const char **why);
+/* The register cap a program's source asks of its kernels ("#define
+ * WG_MAXNREG n"), for ptx_to_sm90a; 0 where it defines none. */
+int sm90a_register_cap(const char *src);
 /* The on-disk program cache (src/program/cache.c). The folder for a new
  * context: `option`, else $CLNSA_CACHE_DIR, else $XDG_CACHE_HOME/clnsa, else
  * ~/.cache/clnsa; NULL when CLNSA_CACHE=0 or no folder is known. */

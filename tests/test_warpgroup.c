@@ -34,6 +34,10 @@ static void test_ptx_rewrite(void **state)
                              "{\n.reg .pred p;\n}\n");
     free(out);
 
+    /* The cap a source asks for, and none. */
+    assert_int_equal(sm90a_register_cap("#define WGMMA_NV 1\n#define WG_MAXNREG 128\n"), 128);
+    assert_int_equal(sm90a_register_cap("#define WGMMA_NV 1\n"), 0);
+
     /* A register cap: every kernel's, before its body. */
     const char *two = ".target sm_90\n.entry a(\n\t.param .u64 a_0\n)\n.reqntid 256, 1, 1\n{\n"
                       "// @sm_90a setmaxnreg.inc.sync.aligned.u32 216;\n{ }\n}\n.entry b(\n)\n{\nret;\n}\n";

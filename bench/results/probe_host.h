@@ -18,7 +18,8 @@ static cl_context ctx;
 static cl_device_id dev;
 static cl_command_queue q;
 
-char *ptx_to_sm90a(const char *ptx, int maxnreg, const char **why);
+char *ptx_to_sm90a(const char *ptx, int maxnreg, const char **why); /* src/internal.h */
+int sm90a_register_cap(const char *src);
 
 /* The median of reps (at most 16) runs of k, kernel ms by profiling events; -1 if the launch
  * fails. */
@@ -146,8 +147,8 @@ static inline cl_program build_sm90a(const char *head, const char *const *files,
     CK(clGetProgramInfo(prog, CL_PROGRAM_BINARY_SIZES, sizeof len, &len, NULL));
     char *ptx = calloc(len + 1, 1);
     CK(clGetProgramInfo(prog, CL_PROGRAM_BINARIES, sizeof ptx, &ptx, NULL));
-    const char *why = NULL, *cap = strstr(src, "#define WG_MAXNREG ");
-    char *ptx2 = ptx_to_sm90a(ptx, cap ? atoi(cap + 19) : 0, &why);
+    const char *why = NULL;
+    char *ptx2 = ptx_to_sm90a(ptx, sm90a_register_cap(src), &why);
     if (!ptx2) { printf("rewrite: %s\n", why); exit(1); }
     size_t n2 = strlen(ptx2) + 1;
     const unsigned char *bin = (const unsigned char *)ptx2;

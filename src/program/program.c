@@ -118,14 +118,12 @@ static clnsa_status check_build_log(clnsa_context *ctx, cl_program p, const char
 static clnsa_status rebuild_sm90a(clnsa_context *ctx, const char *src, cl_program compiled, const char *options,
                                   const char *what, cl_program *out)
 {
-    const char *cap = strstr(src, "#define WG_MAXNREG ");
-    const int maxnreg = cap ? atoi(cap + strlen("#define WG_MAXNREG ")) : 0;
     size_t len = 0;
     char *ptx = NULL, *ptx90a = NULL;
     const char *why = "its binary (the PTX) could not be read";
     if (clGetProgramInfo(compiled, CL_PROGRAM_BINARY_SIZES, sizeof len, &len, NULL) == CL_SUCCESS && len &&
         (ptx = calloc(len + 1, 1)) && clGetProgramInfo(compiled, CL_PROGRAM_BINARIES, sizeof ptx, &ptx, NULL) == CL_SUCCESS)
-        ptx90a = ptx_to_sm90a(ptx, maxnreg, &why);
+        ptx90a = ptx_to_sm90a(ptx, sm90a_register_cap(src), &why);
     free(ptx);
     clReleaseProgram(compiled);
     *out = NULL;

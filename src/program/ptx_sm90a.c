@@ -23,6 +23,13 @@ static bool is_name_char(char c)
     return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_';
 }
 
+int sm90a_register_cap(const char *src)
+{
+    static const char define[] = "#define WG_MAXNREG ";
+    const char *cap = strstr(src, define);
+    return cap ? atoi(cap + strlen(define)) : 0;
+}
+
 char *ptx_to_sm90a(const char *ptx, int maxnreg, const char **why)
 {
     const char *target = strstr(ptx, ".target sm_90");

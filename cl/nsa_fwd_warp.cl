@@ -23,10 +23,23 @@
  * ACC_TRANS for V_STAGE: warp_attn.h), CMP_TILE (with V_STAGE, without
  * FUSED_TOPK: the compressed rows staged once for the work-group,
  * warp_attn.h), WHOLE_SLC and WHOLE_CMP_SWA (the branches whose whole
- * chunks run unguarded: warp_attn.h's warp_attend_range).
+ * chunks run unguarded: warp_attn.h's warp_attend_range), ADD_PARTIAL (o
+ * holds a partial sum on entry, the compressed branch's gated output of the
+ * split forward, nsa_cmp_topk_wgmma.cl: the kernel adds its branches to it).
  * NDRange: (32 * NW * ceil(T*NGT / NW), H, B); warp w of group x owns token
  * (x*NW + w) / NGT and head tile (x*NW + w) % NGT.
  */
+
+#ifndef ADD_PARTIAL
+#define ADD_PARTIAL 0
+#endif
+/* SLC_SORT: the forward given the selection walks each row's blocks in
+ * ascending order, as the one that runs the top-k does (nsa_topk_list.h's
+ * list_ascending): neighbouring tokens then meet the blocks they share at
+ * about the same time. */
+#ifndef SLC_SORT
+#define SLC_SORT 0
+#endif
 
 #if CMP_TILE && !ACC_TRANS
 #error "CMP_TILE reads V through lds_accumulate_trans: build with ACC_TRANS 1"
@@ -261,7 +274,11 @@ __kernel __attribute__((reqd_work_group_size(NW * WARP, 1, 1))) void nsa_fwd(
         const int jl = list_ascending(&list, nslots, ws); /* lane s: slot s's block */
 #else
         const idx_t row = at4(bi_off, bi_st, b, t, h, 0);
+#if SLC_SORT && SLC_LANES
+        const int jl = lanes_ascending(slc_lane_block(bidx, row, bi_st.w, nslots, tl, ws), ws);
+#else
         const int jl = slc_lane_block(bidx, row, bi_st.w, nslots, tl, ws);
+#endif
 #endif
         for (int s = 0; s < nslots; ++s) {
 #if FUSED_TOPK
@@ -293,6 +310,9 @@ __kernel __attribute__((reqd_work_group_size(NW * WARP, 1, 1))) void nsa_fwd(
 #pragma unroll
     for (int hr = 0; hr < 2; ++hr) { /* acc: the gated sum of the branches */
         const int r = gq + 8 * hr;
+#if ADD_PARTIAL
+        if (r < ng) add_row_strided(acc, o, at4(o_off, o_st, b, t, hq0 + r, 0), o_st.w, DV, hr);
+#endif
 #if OUT_VEC && ACC_TRANS
         store_row_wide(o + at4(o_off, o_st, b, t, hq0 + min(r, ng - 1), 0), DV, acc, hr, 1.0f, r < ng, ws);
 #elif OUT_VEC

@@ -109,6 +109,26 @@ inline int2 slc_slot(__global const int *bidx, idx_t row, idx_t slot_stride, int
 #ifndef SLC_LANES
 #define SLC_LANES (S <= WARP)
 #endif
+/* In the stage of span k of a bitonic sort over the warp's lanes, at the
+ * step with lane ^ s: whether the lane keeps the earlier of the two (the
+ * better entry of nsa_topk_list.h's list; the lower block here). */
+inline bool bitonic_keeps_first(int lane, int k, int s) { return ((lane & s) == 0) == ((lane & k) == 0); }
+
+/* The lanes' blocks (-1: none) in ascending order, lane i the i-th, the
+ * -1 after the others: a bitonic sort over the warp, 15 steps of one
+ * shuffle. */
+inline int lanes_ascending(int j, __local uint *ws)
+{
+    const int lane = lane_id();
+    int key = j < 0 ? INT_MAX : j;
+    for (int k = 2; k <= WARP; k <<= 1)
+        for (int s = k >> 1; s > 0; s >>= 1) {
+            const int other = as_int(shfl_xor(as_float(key), s, ws));
+            key = bitonic_keeps_first(lane, k, s) ? min(key, other) : max(key, other);
+        }
+    return key == INT_MAX ? -1 : key;
+}
+
 inline int slc_lane_block(__global const int *bidx, idx_t row, idx_t slot_stride, int n, int tl, __local uint *ws)
 {
 #if SLC_LANES

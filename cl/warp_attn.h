@@ -313,16 +313,18 @@ inline void lds_accumulate_trans(float *c, const float *p, __local const store_t
  * gq+8) that lane t holds, and its column: with ACC_TRANS, columns 8*(e/2)
  * + 2t + e%2 (mma's order); else dims 2t*dim/8 + e, contiguous (the order
  * load_cols gives). */
-inline float row_value(const float *c, int dim, int hr, int e)
+inline int row_index(int dim, int hr, int e)
 {
 #if ACC_TRANS
     (void)dim;
-    return c[4 * (e >> 1) + 2 * hr + (e & 1)];
+    return 4 * (e >> 1) + 2 * hr + (e & 1);
 #else
     const int nb = e < dim / 8 ? e : e - dim / 8;
-    return c[4 * nb + 2 * hr + (e < dim / 8 ? 0 : 1)];
+    return 4 * nb + 2 * hr + (e < dim / 8 ? 0 : 1);
 #endif
 }
+
+inline float row_value(const float *c, int dim, int hr, int e) { return c[row_index(dim, hr, e)]; }
 
 inline int row_col(int dim, int e)
 {
@@ -399,6 +401,13 @@ inline void store_row_strided(__global store_t *p, idx_t row, idx_t ds, int dim,
 {
 #pragma unroll
     for (int e = 0; e < dim / 4; ++e) STORE(p, row + (idx_t)row_col(dim, e) * ds, scale * row_value(c, dim, hr, e));
+}
+
+/* Adds the lane's part of a row at p + row (dim stride ds) to row hr of c. */
+inline void add_row_strided(float *c, __global const store_t *p, idx_t row, idx_t ds, int dim, int hr)
+{
+#pragma unroll
+    for (int e = 0; e < dim / 4; ++e) c[row_index(dim, hr, e)] += LOAD(p, row + (idx_t)row_col(dim, e) * ds);
 }
 
 inline void warp_reset(float *m, float *l, float *acc)

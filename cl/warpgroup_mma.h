@@ -74,31 +74,66 @@ inline ulong wg_desc(__local const void *p, uint lbo, uint sbo)
     "+f"((d)[i]), "+f"((d)[i + 1]), "+f"((d)[i + 2]), "+f"((d)[i + 3]), "+f"((d)[i + 4]), "+f"((d)[i + 5]),           \
         "+f"((d)[i + 6]), "+f"((d)[i + 7])
 
-/* d (8 floats: two column blocks) = A B, plus d where accumulate; B 16x16
- * bf16, K-major (TRANS_B 0) or MN-major (1), an immediate in the instruction
- * (hence macros). a: four words, A's fragment; desc: wg_desc of B. */
-#define WGMMA_M64N16K16_BF16(d, a, desc, accumulate, TRANS_B)                                                          \
-    asm volatile(WG_PRED(13) "wgmma.mma_async.sync.aligned.m64n16k16.f32.bf16.bf16 {%0,%1,%2,%3,%4,%5,%6,%7}, "       \
+/* d (8 floats: two column blocks) = A B, plus d where accumulate; A and B
+ * of type AB ("bf16" or "f16": warp_mma.h's MMA_AB), B 16x16, K-major
+ * (TRANS_B 0) or MN-major (1), an immediate in the instruction (hence
+ * macros). a: four words, A's fragment; desc: wg_desc of B. */
+#define WGMMA_M64N16K16(AB, d, a, desc, accumulate, TRANS_B)                                                           \
+    asm volatile(WG_PRED(13) "wgmma.mma_async.sync.aligned.m64n16k16.f32." AB "." AB " {%0,%1,%2,%3,%4,%5,%6,%7}, "   \
                              "{%8,%9,%10,%11}, %12" WG_TAIL(TRANS_B)                                                   \
                  : WG_F8(d, 0)                                                                                         \
                  : WG_IN(a, desc, accumulate)                                                                          \
                  : "memory")
 
-/* d (16 floats: four column blocks) = A B (+ d), B 16x32 bf16. */
-#define WGMMA_M64N32K16_BF16(d, a, desc, accumulate, TRANS_B)                                                          \
-    asm volatile(WG_PRED(21) "wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 "                                   \
+/* d (16 floats: four column blocks) = A B (+ d), B 16x32. */
+#define WGMMA_M64N32K16(AB, d, a, desc, accumulate, TRANS_B)                                                           \
+    asm volatile(WG_PRED(21) "wgmma.mma_async.sync.aligned.m64n32k16.f32." AB "." AB " "                               \
                              "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15}, {%16,%17,%18,%19}, %20"         \
                              WG_TAIL(TRANS_B)                                                                          \
                  : WG_F8(d, 0), WG_F8(d, 8)                                                                            \
                  : WG_IN(a, desc, accumulate)                                                                          \
                  : "memory")
 
-/* d (32 floats: eight column blocks) = A B (+ d), B 16x64 bf16. */
-#define WGMMA_M64N64K16_BF16(d, a, desc, accumulate, TRANS_B)                                                          \
-    asm volatile(WG_PRED(37) "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "                                   \
+/* d (32 floats: eight column blocks) = A B (+ d), B 16x64. */
+#define WGMMA_M64N64K16(AB, d, a, desc, accumulate, TRANS_B)                                                           \
+    asm volatile(WG_PRED(37) "wgmma.mma_async.sync.aligned.m64n64k16.f32." AB "." AB " "                               \
                              "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,"                                 \
                              "%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31}, {%32,%33,%34,%35}, %36" \
                              WG_TAIL(TRANS_B)                                                                          \
                  : WG_F8(d, 0), WG_F8(d, 8), WG_F8(d, 16), WG_F8(d, 24)                                                \
                  : WG_IN(a, desc, accumulate)                                                                          \
                  : "memory")
+
+/* The bf16 products (the probes' and test_warpgroup's names). */
+#define WGMMA_M64N16K16_BF16(d, a, desc, accumulate, TRANS_B) WGMMA_M64N16K16("bf16", d, a, desc, accumulate, TRANS_B)
+#define WGMMA_M64N32K16_BF16(d, a, desc, accumulate, TRANS_B) WGMMA_M64N32K16("bf16", d, a, desc, accumulate, TRANS_B)
+#define WGMMA_M64N64K16_BF16(d, a, desc, accumulate, TRANS_B) WGMMA_M64N64K16("bf16", d, a, desc, accumulate, TRANS_B)
+
+/* mbarriers in local memory (sm_80 on), for warp-specialized kernels: a
+ * producer's copies arrive on a stage's "full" barrier, its consumers on
+ * its "empty" one, and each side waits for the other's phase. */
+#define WG_LADDR(p) ((uint)(size_t)(p))
+inline void mbar_init(__local ulong *b, uint count)
+{
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(WG_LADDR(b)), "r"(count) : "memory");
+}
+inline void mbar_arrive(__local ulong *b)
+{
+    asm volatile("{ .reg .b64 st; mbarrier.arrive.shared::cta.b64 st, [%0]; }" ::"r"(WG_LADDR(b)) : "memory");
+}
+/* Arrives on b once this work-item's earlier cp.async copies have landed. */
+inline void mbar_arrive_copies(__local ulong *b)
+{
+    asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];" ::"r"(WG_LADDR(b)) : "memory");
+}
+/* Waits until the phase of parity `parity` has completed. */
+inline void mbar_wait(__local ulong *b, uint parity)
+{
+    uint ok;
+    do {
+        asm volatile("{ .reg .pred p; mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2; selp.u32 %0, 1, 0, p; }"
+                     : "=r"(ok)
+                     : "r"(WG_LADDR(b)), "r"(parity)
+                     : "memory");
+    } while (!ok);
+}

@@ -66,31 +66,8 @@
 
 #define LADDR(p) ((uint)(size_t)(p))
 
-inline void mbar_init(__local ulong *b, uint count)
-{
-    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(LADDR(b)), "r"(count) : "memory");
-}
-inline void mbar_arrive(__local ulong *b)
-{
-    asm volatile("{ .reg .b64 st; mbarrier.arrive.shared::cta.b64 st, [%0]; }" ::"r"(LADDR(b)) : "memory");
-}
-/* Arrives on b once this work-item's earlier cp.async copies have landed. */
-inline void mbar_arrive_copies(__local ulong *b)
-{
-    asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];" ::"r"(LADDR(b)) : "memory");
-}
-/* Waits until the phase of parity `parity` has completed. */
-inline void mbar_wait(__local ulong *b, uint parity)
-{
-    uint ok;
-    do {
-        asm volatile("{ .reg .pred p; mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2; selp.u32 %0, 1, 0, p; }"
-                     : "=r"(ok)
-                     : "r"(LADDR(b)), "r"(parity)
-                     : "memory");
-    } while (!ok);
-}
-
+/* mbar_init, mbar_arrive, mbar_arrive_copies, mbar_wait: in warpgroup_mma.h since the library's
+ * kernel (nsa_cmp_topk_wgmma.cl) took them from here. */
 inline void copy16(__local void *dst, __global const void *src, bool valid)
 {
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(LADDR(dst)), "l"(src), "r"(valid ? 16 : 0)

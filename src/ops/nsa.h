@@ -28,6 +28,9 @@ typedef struct {
      * its compressed branch reads its rows from a tile the work-group
      * shares (warp_attn.h's CMP_TILE) */
     bool cmp_tile;
+    /* forward: o holds the compressed branch's gated output on entry, which
+     * the warp kernel adds to (ADD_PARTIAL: the split forward, nsa_fwd.c) */
+    bool add_partial;
     /* backward: the selected (ds_keep) and compressed (dsc_keep) dk/dv
      * passes keep dS for dq (DS_KEEP, DSC_KEEP, nsa_bwd.c) */
     bool ds_keep, dsc_keep;

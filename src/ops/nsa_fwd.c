@@ -10,11 +10,13 @@
 
 static const char *const topk_files[] = {"common.h", "nsa_ranges.h", "nsa_topk.cl", NULL};
 static const char *const topk_warp_files[] = {"common.h",     "warp_mma.h",       "warp_attn.h",
-                                              "nsa_ranges.h", "nsa_topk_warp.h", "nsa_topk_warp.cl", NULL};
+                                              "nsa_ranges.h", "nsa_topk_list.h", "nsa_topk_warp.h", "nsa_topk_warp.cl", NULL};
 const char *const nsa_fwd_files[] = {"common.h", "attn_tile.h", "nsa_ranges.h", "nsa_fwd.cl", NULL};
 static const char *const fwd_warp_files[] = {"common.h", "warp_mma.h", "warp_attn.h", "nsa_ranges.h", "nsa_fwd_warp.cl", NULL};
 static const char *const fused_fwd_warp_files[] = {"common.h",     "warp_mma.h",      "warp_attn.h",
-                                                   "nsa_ranges.h", "nsa_topk_warp.h", "nsa_fwd_warp.cl", NULL};
+                                                   "nsa_ranges.h", "nsa_topk_list.h", "nsa_topk_warp.h", "nsa_fwd_warp.cl", NULL};
+static const char *const cmp_topk_wgmma_files[] = {"common.h",     "warp_mma.h",      "warpgroup_mma.h",
+                                                   "nsa_ranges.h", "nsa_topk_list.h", "nsa_cmp_topk_wgmma.cl", NULL};
 static const char *const dq_warp_files[] = {"common.h", "warp_mma.h", "warp_attn.h", "nsa_ranges.h", "nsa_bwd_dq_warp.cl", NULL};
 
 static size_t append(char *buf, size_t size, size_t n, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
@@ -146,6 +148,41 @@ static int warp_family_of(const nsa_problem *pb, attn_kind kind, bool fused)
     return pb->has_cmp ? TF_NSA_FWD_CMP_WARP : TF_NSA_FWD_WARP;
 }
 
+/* A per-query kernel's leading arguments (nsa_ranges.h's NSA_QUERY_ARGS);
+ * bidx NULL: none. */
+static void query_args(kargs *a, const nsa_problem *pb, const clnsa_nsa_inputs *in, const clnsa_tensor *kc,
+                       const clnsa_tensor *vc, const clnsa_tensor *bidx, cl_mem ws, const nsa_workspace *lay)
+{
+    const clnsa_tensor none = {0};
+    ka_tensor(a, &in->q);
+    ka_tensor(a, &in->k);
+    ka_tensor(a, &in->v);
+    ka_tensor(a, pb->has_cmp ? kc : &none);
+    ka_tensor(a, pb->has_cmp ? vc : &none);
+    ka_int(a, pb->nc_rows);
+    ka_tensor(a, &in->g_cmp);
+    ka_tensor(a, &in->g_slc);
+    ka_tensor(a, &in->g_swa);
+    nsa_seq_args(a, pb, in, ws, lay->cmp_off);
+    ka_tensor(a, bidx ? bidx : &none);
+    ka_tensor(a, &in->block_counts);
+}
+
+/* The forward's arguments after them (NSA_FWD_OUT_ARGS): o, the lse and
+ * the saved outputs of the branches the program runs. */
+static void fwd_out_args(kargs *a, const nsa_problem *pb, const clnsa_nsa_outputs *out)
+{
+    const clnsa_tensor none = {0};
+    const bool on[3] = {pb->has_cmp, pb->has_slc, pb->has_swa};
+    const clnsa_tensor *lse[3] = {&out->lse_cmp, &out->lse_slc, &out->lse_swa};
+    const clnsa_tensor *saves[3] = {&out->o_cmp, &out->o_slc, &out->o_swa};
+    ka_tensor(a, &out->o);
+    for (int i = 0; i < 3; ++i) ka_tensor(a, on[i] ? lse[i] : &none);
+    ka_int(a, pb->T);
+    ka_float(a, pb->cfg.scale);
+    for (int i = 0; i < 3; ++i) ka_tensor(a, on[i] ? saves[i] : &none);
+}
+
 clnsa_status nsa_plan_query_kernel(clnsa_context *ctx, op_plan *p, const nsa_problem *pb, const clnsa_nsa_inputs *in,
                                    const char *const *files, const char *name, attn_kind kind, int acc_dim,
                                    const clnsa_tensor *stored, bool saves_aligned, const clnsa_tensor *kc,
@@ -166,8 +203,10 @@ clnsa_status nsa_plan_query_kernel(clnsa_context *ctx, op_plan *p, const nsa_pro
                        (unsigned long long)ctx->info.local_mem_size);
     if (warp) { /* one warp per token and head tile */
         warp_defines(pb, &wp, kind == ATTN_DQ ? 1 : 2, defines, sizeof defines);
-        append(defines, sizeof defines, strlen(defines), "#define BWD_PRE %d\n#define OUT_VEC %d\n#define SAVE_VEC %d\n",
-               kind == ATTN_BWD_PRE, stored && tensor_rows_aligned(stored), saves_aligned);
+        append(defines, sizeof defines, strlen(defines),
+               "#define BWD_PRE %d\n#define OUT_VEC %d\n#define SAVE_VEC %d\n#define ADD_PARTIAL %d\n#define SLC_SORT %d\n",
+               kind == ATTN_BWD_PRE, stored && tensor_rows_aligned(stored), saves_aligned,
+               kind == ATTN_FWD && pb->add_partial, kind == ATTN_FWD && !fused && cx_env_int("CLNSA_SLC_SORT", 1) != 0);
         if (fused)
             append(defines, sizeof defines, strlen(defines), "#define FUSED_TOPK 1\n#define JB %d\n#define PC_MAX %lld\n",
                    pb->topk_jb, (long long)pb->topk_pc_max);
@@ -202,19 +241,7 @@ clnsa_status nsa_plan_query_kernel(clnsa_context *ctx, op_plan *p, const nsa_pro
     clnsa_status st = program_get(ctx, files, defines, &prog);
     if (st == CLNSA_SUCCESS) st = plan_add_kernel(ctx, p, prog, name, g, wg, a, pb->idx_long);
     if (st != CLNSA_SUCCESS) return st;
-    const clnsa_tensor none = {0};
-    ka_tensor(a, &in->q);
-    ka_tensor(a, &in->k);
-    ka_tensor(a, &in->v);
-    ka_tensor(a, pb->has_cmp ? kc : &none);
-    ka_tensor(a, pb->has_cmp ? vc : &none);
-    ka_int(a, pb->nc_rows);
-    ka_tensor(a, &in->g_cmp);
-    ka_tensor(a, &in->g_slc);
-    ka_tensor(a, &in->g_swa);
-    nsa_seq_args(a, pb, in, ws, lay->cmp_off);
-    ka_tensor(a, pb->has_slc ? bidx : &none);
-    ka_tensor(a, &in->block_counts);
+    query_args(a, pb, in, kc, vc, pb->has_slc ? bidx : NULL, ws, lay);
     return CLNSA_SUCCESS;
 }
 
@@ -223,9 +250,7 @@ static clnsa_status plan_attn(clnsa_context *ctx, op_plan *p, const nsa_problem 
                               const nsa_workspace *lay)
 {
     const clnsa_tensor *bidx = tensor_present(&in->block_indices) ? &in->block_indices : &out->block_indices;
-    const clnsa_tensor none = {0};
     const bool on[3] = {pb->has_cmp, pb->has_slc, pb->has_swa};
-    const clnsa_tensor *lse[3] = {&out->lse_cmp, &out->lse_slc, &out->lse_swa};
     const clnsa_tensor *saves[3] = {&out->o_cmp, &out->o_slc, &out->o_swa};
     bool saves_aligned = true;
     for (int i = 0; i < 3; ++i)
@@ -234,12 +259,96 @@ static clnsa_status plan_attn(clnsa_context *ctx, op_plan *p, const nsa_problem 
     clnsa_status st = nsa_plan_query_kernel(ctx, p, pb, in, nsa_fwd_files, "nsa_fwd", ATTN_FWD, pb->DV, &out->o,
                                             saves_aligned, kc, vc, bidx, ws, lay, &a);
     if (st != CLNSA_SUCCESS) return st;
-    ka_tensor(&a, &out->o);
-    for (int i = 0; i < 3; ++i) ka_tensor(&a, on[i] ? lse[i] : &none);
-    ka_int(&a, pb->T);
-    ka_float(&a, pb->cfg.scale);
-    for (int i = 0; i < 3; ++i) ka_tensor(&a, on[i] ? saves[i] : &none);
+    fwd_out_args(&a, pb, out);
     return plan_args_done(ctx, &a, "nsa_fwd arguments");
+}
+
+/* The split forward: the compressed branch alone (writing g_cmp * o_cmp
+ * into o), the top-k, then the forward given the selection, which adds
+ * its branches to o (ADD_PARTIAL). On Hopper the first two are one
+ * warpgroup kernel (nsa_cmp_topk_wgmma.cl). At the anchor's shape on the
+ * H200 (2026-11-30, window 0) the split forward took 4.23 / 9.22 / 21.31 ms
+ * at T 16k / 32k / 64k against the fused warp kernel's 3.97 / 9.36 / 24.26:
+ * its kernel takes the compressed branch and the top-k in 6.75 ms at 64k,
+ * but loses the overlap of the selected branch with them that the fused
+ * kernel has, which wins at short T. Elsewhere the split runs the warp
+ * kernels, only when CLNSA_SPLIT_FWD=1 asks (tests, comparisons), which
+ * also forces it at any T; CLNSA_SPLIT_FWD=0 turns it off. */
+typedef enum { SPLIT_NONE, SPLIT_WARP, SPLIT_WGMMA } split_mode;
+#define SPLIT_MIN_T 32768
+
+/* Whether nsa_cmp_topk_wgmma.cl takes the call: the shapes it is written
+ * for (its #error line), aligned rows, and an H of a few KV heads (a define). */
+static bool cmp_topk_wgmma_fits(const clnsa_context *ctx, const nsa_problem *pb, const clnsa_nsa_inputs *in,
+                                const clnsa_nsa_outputs *out, const clnsa_tensor *kc, const clnsa_tensor *vc)
+{
+    const clnsa_nsa_config *c = &pb->cfg;
+    const clnsa_tensor *rows[] = {&in->q, kc, vc, &out->o, &out->o_cmp};
+    if (!device_wgmma(ctx) || pb->warp != WARP_NV || pb->dtype == CLNSA_DTYPE_F32 || pb->G != 16 || pb->DK != 128 ||
+        pb->DV != 128 || pb->S > 32 || pb->varlen || c->cmp_block != c->block_size || c->cmp_stride != c->block_size)
+        return false;
+    for (size_t i = 0; i < sizeof rows / sizeof rows[0]; ++i)
+        if (!tensor_rows_aligned(rows[i])) return false;
+    return true;
+}
+
+static split_mode choose_split(const clnsa_context *ctx, const nsa_problem *pb, const clnsa_nsa_inputs *in,
+                               const clnsa_nsa_outputs *out, const clnsa_tensor *kc, const clnsa_tensor *vc)
+{
+    const int asked = cx_env_int("CLNSA_SPLIT_FWD", -1);
+    if (!pb->has_cmp || !pb->run_topk || pb->warp == WARP_OFF || asked == 0) return SPLIT_NONE;
+    const bool wgmma = cmp_topk_wgmma_fits(ctx, pb, in, out, kc, vc);
+    if (asked == 1) return wgmma ? SPLIT_WGMMA : SPLIT_WARP;
+    return wgmma && pb->T >= SPLIT_MIN_T ? SPLIT_WGMMA : SPLIT_NONE;
+}
+
+/* nsa_cmp_topk_wgmma.cl: a persistent grid of a work-group a compute unit
+ * (one producer and three consumer warpgroups, stages of 32 keys). */
+static clnsa_status plan_cmp_topk_wgmma(clnsa_context *ctx, op_plan *p, const nsa_problem *pb,
+                                        const clnsa_nsa_inputs *in, const clnsa_nsa_outputs *out,
+                                        const clnsa_tensor *kc, const clnsa_tensor *vc, cl_mem ws,
+                                        const nsa_workspace *lay)
+{
+    enum { NCONS = 3, WG = 128 * (NCONS + 1) };
+    char defines[2048];
+    nsa_branch_defines(pb, in, defines, sizeof defines);
+    append(defines, sizeof defines, strlen(defines),
+           "#define MMA_NV 1\n#define WGMMA_NV 1\n#define WG_MAXNREG 128\n#define NH %d\n#define NCONS %d\n#define KC 32\n"
+           "#define NSTK 3\n#define NSTV 2\n#define FUSED_TOPK 1\n",
+           pb->H, NCONS);
+    const size_t tiles = (size_t)((pb->T + 4 * NCONS - 1) / (4 * NCONS)) * (size_t)pb->H * (size_t)pb->B;
+    size_t groups = ctx->info.compute_units ? ctx->info.compute_units : 1;
+    if (groups > tiles) groups = tiles;
+    cl_program prog;
+    kargs a;
+    clnsa_status st = program_get(ctx, cmp_topk_wgmma_files, defines, &prog);
+    if (st == CLNSA_SUCCESS)
+        st = plan_add_kernel(ctx, p, prog, "nsa_cmp_topk_wgmma", (size_t[3]){WG * groups, 1, 1}, WG, &a, pb->idx_long);
+    if (st != CLNSA_SUCCESS) return st;
+    query_args(&a, pb, in, kc, vc, &out->block_indices, ws, lay);
+    fwd_out_args(&a, pb, out);
+    ka_int(&a, pb->B);
+    return plan_args_done(ctx, &a, "nsa_cmp_topk_wgmma arguments");
+}
+
+/* The split's steps after the compression. */
+static clnsa_status plan_split(clnsa_context *ctx, op_plan *p, const nsa_problem *pb, split_mode mode,
+                               const clnsa_nsa_inputs *in, const clnsa_nsa_outputs *out, const clnsa_tensor *kc,
+                               const clnsa_tensor *vc, cl_mem ws, const nsa_workspace *lay)
+{
+    nsa_problem first = *pb, rest = *pb;
+    first.has_slc = first.has_swa = false;
+    first.fused_topk = rest.fused_topk = false;
+    rest.has_cmp = false;
+    rest.add_partial = true;
+    clnsa_status st;
+    if (mode == SPLIT_WGMMA) {
+        st = plan_cmp_topk_wgmma(ctx, p, &first, in, out, kc, vc, ws, lay);
+    } else {
+        st = plan_attn(ctx, p, &first, in, out, kc, vc, ws, lay);
+        if (st == CLNSA_SUCCESS) st = plan_topk(ctx, p, pb, in, out, kc, ws, lay);
+    }
+    return st == CLNSA_SUCCESS ? plan_attn(ctx, p, &rest, in, out, kc, vc, ws, lay) : st;
 }
 
 clnsa_status nsa_check_workspace(clnsa_context *ctx, const nsa_workspace *lay, cl_mem ws, size_t ws_bytes)
@@ -286,9 +395,15 @@ clnsa_status clnsa_nsa_forward(clnsa_context *ctx, cl_command_queue queue, const
     if (pb.need_cmp) nsa_cmp_views(&pb, in, workspace, &lay, &kc, &vc);
     op_plan plan = {0};
     pb.cmp_tile = pb.has_cmp && pb.warp != WARP_OFF && nsa_cmp_tile_on();
-    choose_fused_topk(ctx, &pb);
+    const split_mode split = choose_split(ctx, &pb, in, out, &kc, &vc);
+    if (split == SPLIT_NONE) choose_fused_topk(ctx, &pb);
     st = nsa_plan_compress(ctx, &plan, &pb, in, workspace, &lay);
-    if (st == CLNSA_SUCCESS && pb.run_topk && !pb.fused_topk) st = plan_topk(ctx, &plan, &pb, in, out, &kc, workspace, &lay);
-    if (st == CLNSA_SUCCESS) st = plan_attn(ctx, &plan, &pb, in, out, &kc, &vc, workspace, &lay);
+    if (st == CLNSA_SUCCESS && split != SPLIT_NONE) {
+        st = plan_split(ctx, &plan, &pb, split, in, out, &kc, &vc, workspace, &lay);
+    } else {
+        if (st == CLNSA_SUCCESS && pb.run_topk && !pb.fused_topk)
+            st = plan_topk(ctx, &plan, &pb, in, out, &kc, workspace, &lay);
+        if (st == CLNSA_SUCCESS) st = plan_attn(ctx, &plan, &pb, in, out, &kc, &vc, workspace, &lay);
+    }
     return plan_run(ctx, &plan, st, queue, nwait, wait, event);
 }

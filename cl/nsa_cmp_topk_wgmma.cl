@@ -1,0 +1,339 @@
+/*
+ * nsa_cmp_topk_wgmma.cl: the first half of the split NSA forward on
+ * Hopper (src/ops/nsa_fwd_wgmma.c): the compressed branch and the top-k on
+ * warpgroup products (warpgroup_mma.h). It writes g_cmp * o_cmp into o (the
+ * forward given the selection then adds the other branches to it:
+ * nsa_fwd_warp.cl's ADD_PARTIAL), lse_cmp and o_cmp where asked, and the
+ * selection into block_indices, with the rules of the warp kernels' top-k
+ * (nsa_topk_warp.h): the same scores, forced blocks, list and order.
+ *
+ * Warp-specialized and persistent: a work-group is one producer warpgroup
+ * and NCONS consumer warpgroups, and loops over tiles of TOKS = 4 * NCONS
+ * consecutive tokens of one batch row and KV head, the heaviest (last)
+ * tokens first.
+ * - The producer's first two warps keep NSTK stages of KC compressed keys
+ *   of K in flight with cp.async (K-major, wgmma's core matrices), its last
+ *   two NSTV stages of V (MN-major). A stage's arrival is counted on its
+ *   "full" mbarrier; consumers release it on its "empty" one. Eight lanes
+ *   copy eight keys' 16-byte pieces of one core matrix (128 contiguous
+ *   bytes), so a warp's copies meet no bank conflicts: 4.12 -> 3.94 ms for
+ *   the compressed branch at 64k on the H200 against pieces along a row.
+ * - A consumer warpgroup owns 4 tokens' 16 query heads (G = 16): 64 rows,
+ *   warp w the rows of token 4 * (its index) + w, in mma.sync's fragments.
+ *   Per chunk: Q K^T (m64n32k16), the online softmax, P V (m64n64k16).
+ *   After the tile, K is streamed again for the top-k's second pass: each
+ *   head's exp2(s - lse) summed over the 16 heads per key (the importance
+ *   of the block that compressed key is: compressed and selection blocks
+ *   are the same), merged 32 blocks at a time into the warp's list
+ *   (nsa_topk_list.h).
+ * - setmaxnreg: the producer drops to 32 registers, the consumers rise to
+ *   152, under the program's cap of 128 (WG_MAXNREG). Without it ptxas
+ *   serialized two consumers' products (C7520): 5.86 ms against 4.23 with
+ *   three consumers and the registers moved (bench/results/session30_*).
+ *
+ * Defines (besides common.h, warp_mma.h with MMA_NV 1, warpgroup_mma.h,
+ * nsa_ranges.h, nsa_topk_list.h): G 16, DK = DV = 128, BS = CMP_L = CMP_D,
+ * S <= 32, NH (KV heads), NCONS, KC 32, NSTK, NSTV, INIT_BLOCKS,
+ * LOCAL_BLOCKS, HAS_COUNTS, FUSED_TOPK 1 (block_indices written).
+ * NDRange: (128 * (NCONS + 1) * work-groups, 1, 1), work-groups at most the
+ * tiles (one a compute unit is the host's choice).
+ */
+
+#if G != 16 || DK != 128 || DV != 128 || CMP_L != BS || CMP_D != BS || S > WARP || VARLEN || KC != 32
+#error "nsa_cmp_topk_wgmma.cl takes G 16, DK = DV = 128, compressed blocks equal to selection blocks, S <= 32, no varlen, KC 32"
+#endif
+#define TOKS (4 * NCONS)
+#define WG_D 128 /* head dim */
+
+typedef struct {
+    int b, tok0, h;
+} cmp_tile;
+
+/* Tile i of the persistent loop, heaviest first. */
+inline cmp_tile tile_at(int i, int T, int B)
+{
+    cmp_tile t;
+    t.h = i % NH;
+    t.b = (i / NH) % B;
+    t.tok0 = (ceil_div(T, TOKS) - 1 - i / (NH * B)) * TOKS;
+    return t;
+}
+
+inline int visible_keys(int tok, int T, int nc_rows) { return tok < T ? cmp_visible(tok, true, nc_rows, 0) : 0; }
+
+/* The keys the tile's last token sees: the most of any of its tokens. */
+inline int tile_keys(cmp_tile t, int T, int nc_rows) { return visible_keys(min(t.tok0 + TOKS, T) - 1, T, nc_rows); }
+
+/* A producer side (pid: 0 .. 63): every tile's chunks of K (passes 2: the
+ * branch, then the importance) or V (passes 1, MN-major) into its ring. */
+inline void produce(__local ushort *ring, int nst, __local ulong *full, __local ulong *empty, __global const store_t *src,
+                    idx_t off, idx4_t st, bool mn_major, int passes, int T, int B, int nc_rows, int ntiles, int pid)
+{
+    uint it = 0;
+    for (int i = get_group_id(0); i < ntiles; i += get_num_groups(0)) {
+        const cmp_tile tl = tile_at(i, T, B);
+        const int nkeys = tile_keys(tl, T, nc_rows), nch = ceil_div(nkeys, KC);
+        for (int c = 0; c < nch * passes; ++c, ++it) {
+            const int c0 = c % nch * KC;
+            const uint s = it % nst;
+            mbar_wait(&empty[s], ((it / nst) & 1) ^ 1);
+            __local ushort *t = ring + s * (KC * WG_D);
+#pragma unroll
+            for (int j = pid; j < KC * WG_D / 8; j += 64) {
+                /* key n of the chunk, 16-byte piece kp of its row */
+                const int n = ((j >> 7) << 3) | (j & 7), kp = (j >> 3) & 15, key = c0 + n;
+                const bool ok = key < nkeys;
+                __local ushort *dst = mn_major ? t + kp * (KC * 8) + (n / 8) * 64 + (n % 8) * 8
+                                               : t + (n / 8) * 1024 + kp * 64 + (n % 8) * 8;
+                copy16_async(dst, src + at4(off, st, tl.b, ok ? key : 0, tl.h, kp * 8), ok, false);
+            }
+            mbar_arrive_copies(&full[s]);
+        }
+    }
+    copy_async_wait();
+}
+
+/* Chunk it's scores s = Q K^T from K stage it % NSTK, which it waits for
+ * and then releases. */
+inline void stage_scores(float *s, word_t (*qa)[4], __local ushort (*kt)[KC * WG_D], __local ulong *kfull,
+                         __local ulong *kempty, uint it)
+{
+    const uint sk = it % NSTK;
+    mbar_wait(&kfull[sk], (it / NSTK) & 1);
+    wg_shared_fence();
+#pragma unroll
+    for (int j = 0; j < KC / 2; ++j) s[j] = 0.0f;
+    wg_fence();
+#pragma unroll
+    for (int ks = 0; ks < WG_D / 16; ++ks)
+        WGMMA_M64N32K16(MMA_AB, s, qa[ks], wg_desc(kt[sk] + ks * 128, 128, 2048), ks > 0, 0);
+    wg_commit();
+    wg_wait_all();
+    mbar_arrive(&kempty[sk]);
+}
+
+/* o += P V from V stage it % NSTV, which it waits for and then releases. */
+inline void stage_values(float (*oacc)[32], word_t (*pa)[4], __local ushort (*vt)[KC * WG_D], __local ulong *vfull,
+                         __local ulong *vempty, uint it)
+{
+    const uint sv = it % NSTV;
+    mbar_wait(&vfull[sv], (it / NSTV) & 1);
+    wg_shared_fence();
+    wg_fence();
+#pragma unroll
+    for (int ks = 0; ks < KC / 16; ++ks)
+#pragma unroll
+        for (int hh = 0; hh < 2; ++hh)
+            WGMMA_M64N64K16(MMA_AB, oacc[hh], pa[ks], wg_desc(vt[sv] + ks * 128 + hh * 64 * KC, 128, 16 * KC), 1, 1);
+    wg_commit();
+    wg_wait_all();
+    mbar_arrive(&vempty[sv]);
+}
+
+/* The online softmax of a chunk's scores s (in place: probabilities) for
+ * the lane's rows gq and gq + 8 (m, l: theirs), keys past nvis masked; O's
+ * rescale factors a; P as A fragments. */
+inline void softmax_chunk(float *s, int c0, int nvis, int t4, float sl2, float *m, float *l, float *a, word_t (*pa)[4],
+                          __local uint *ws)
+{
+    float mx[2] = {m[0], m[1]};
+#pragma unroll
+    for (int j = 0; j < KC / 8; ++j)
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+            const bool vis = c0 + 8 * j + 2 * t4 + e < nvis;
+#pragma unroll
+            for (int r = 0; r < 2; ++r) {
+                float *x = &s[4 * j + 2 * r + e];
+                *x = vis ? *x * sl2 : -INFINITY;
+                mx[r] = fmax(mx[r], *x);
+            }
+        }
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+        mx[r] = fmax(mx[r], shfl_xor(mx[r], 1, ws));
+        mx[r] = fmax(mx[r], shfl_xor(mx[r], 2, ws));
+        a[r] = mx[r] == -INFINITY ? 1.0f : exp2(m[r] - mx[r]);
+        m[r] = mx[r];
+        l[r] *= a[r];
+    }
+#pragma unroll
+    for (int j = 0; j < KC / 8; ++j)
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+            const int r = i >> 1;
+            s[4 * j + i] = exp2(s[4 * j + i] - (mx[r] == -INFINITY ? 0.0f : mx[r]));
+            l[r] += s[4 * j + i];
+        }
+#pragma unroll
+    for (int ks = 0; ks < KC / 16; ++ks)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) pa[ks][e] = pack_f32x2(s[8 * ks + 2 * e], s[8 * ks + 2 * e + 1], ws);
+}
+
+/* Stores scale * the lane's part of a row (hr: gq or gq + 8) at p. */
+inline void store_out_row(__global store_t *p, float (*oacc)[32], int hr, float scale, int t4, __local uint *ws)
+{
+#pragma unroll
+    for (int hh = 0; hh < 2; ++hh)
+#pragma unroll
+        for (int j = 0; j < 8; ++j)
+            STORE_WORD(pack_f32x2(scale * oacc[hh][4 * j + 2 * hr], scale * oacc[hh][4 * j + 2 * hr + 1], ws),
+                       p + 64 * hh + 8 * j + 2 * t4);
+}
+
+/* Half the values x (n of them) summed with the other half from the lane m
+ * apart: which half a lane keeps is its bit b. */
+#define HALVE(x, y, n, m, b)                                                                                           \
+    for (int i_ = 0; i_ < (n) / 2; ++i_)                                                                               \
+        y[i_] = ((b) ? x[i_ + (n) / 2] : x[i_]) + shfl_xor((b) ? x[i_] : x[i_ + (n) / 2], m, ws);
+
+/* Lane i's block score of a round of blocks c0 + i (the top-k's rules:
+ * forced blocks +inf; blocks without a compressed key 0). */
+inline float block_score_of(float imp, int j, int nvis, int cur)
+{
+    if (j < INIT_BLOCKS || j > cur - LOCAL_BLOCKS) return INFINITY;
+    return j < nvis ? imp : 0.0f;
+}
+
+/* The top-k's second pass for the warp's token: each chunk's Q K^T again,
+ * exp2(s - lse2) summed over the 16 heads per key, and the list's rounds;
+ * then the blocks past the chunks up to the token's own (cur), which have
+ * no compressed key. The sum over a column's rows: rows gq and gq + 8 in
+ * the lane, then halvings over the lanes' gq bits, after which lane (gq,
+ * t4) holds column 8 (gq >> 1) + 2 t4 + (gq & 1); a shuffle gives lane i
+ * column i. */
+inline void importance_pass(__local ushort (*kt)[KC * WG_D], __local ulong *kfull, __local ulong *kempty,
+                            word_t (*qa)[4], int nkeys, int nvis, int cur, float sl2, const float *lse2, topk_list *list,
+                            uint *itk, __local uint *ws)
+{
+    const int lane = lane_id(), gq = lane >> 2, t4 = lane & 3;
+    const int src = 4 * (2 * (lane >> 3) + (lane & 1)) + ((lane & 7) >> 1);
+    float last = -INFINITY;
+    int c0 = 0;
+    for (; c0 < nkeys; c0 += KC, ++(*itk)) {
+        float s[KC / 2];
+        stage_scores(s, qa, kt, kfull, kempty, *itk);
+        float v[8], v4[4], v2[2], v1[1];
+#pragma unroll
+        for (int j = 0; j < KC / 8; ++j)
+#pragma unroll
+            for (int e = 0; e < 2; ++e) {
+                const bool vis = c0 + 8 * j + 2 * t4 + e < nvis;
+                v[2 * j + e] = vis ? exp2(s[4 * j + e] * sl2 - lse2[0]) + exp2(s[4 * j + 2 + e] * sl2 - lse2[1]) : 0.0f;
+            }
+        HALVE(v, v4, 8, 16, (gq >> 2) & 1)
+        HALVE(v4, v2, 4, 8, (gq >> 1) & 1)
+        HALVE(v2, v1, 2, 4, gq & 1)
+        const float imp = shfl_idx(v1[0], src, ws);
+        const int j = c0 + lane;
+        const float sc = block_score_of(imp, j, nvis, cur);
+        last = list_add_round(list, j <= cur && sc > last, sc, c0, ws);
+    }
+    for (; c0 <= cur; c0 += WARP) {
+        const int j = c0 + lane;
+        const float sc = block_score_of(0.0f, j, nvis, cur);
+        last = list_add_round(list, j <= cur && sc > last, sc, c0, ws);
+    }
+}
+
+/* A consumer warpgroup (cw of NCONS), warp w of it: its token of every tile. */
+inline void consume(__local ushort (*kt)[KC * WG_D], __local ushort (*vt)[KC * WG_D], __local ulong *kfull,
+                    __local ulong *kempty, __local ulong *vfull, __local ulong *vempty, __global const store_t *q,
+                    idx_t q_off, idx4_t q_st, __global const store_t *g_cmp, idx_t gc_off, idx4_t gc_st,
+                    __global store_t *o, idx_t o_off, idx4_t o_st, __global float *lse_cmp, idx_t lc_off, idx4_t lc_st,
+                    __global store_t *o_cmp, idx_t oc_off, idx4_t oc_st, __global int *bidx, idx_t bi_off,
+                    idx4_t bi_st, __global const int *bcnt, idx_t bc_off, idx4_t bc_st, int nc_rows, int T, int B,
+                    float scale, int ntiles, int cw, int w, __local uint *ws)
+{
+    const int lane = lane_id(), gq = lane >> 2, t4 = lane & 3;
+    const float sl2 = scale * M_LOG2E_F;
+    uint itk = 0, itv = 0;
+    for (int i = get_group_id(0); i < ntiles; i += get_num_groups(0)) {
+        const cmp_tile tl = tile_at(i, T, B);
+        const int nkeys = tile_keys(tl, T, nc_rows), tok = tl.tok0 + 4 * cw + w, tq = min(tok, T - 1);
+        const int nvis = visible_keys(tok, T, nc_rows), hq = tl.h * G + gq;
+        word_t qa[WG_D / 16][4];
+        __global const store_t *q0 = q + at4(q_off, q_st, tl.b, tq, hq, 2 * t4), *q1 = q0 + 8 * q_st.z;
+#pragma unroll
+        for (int s = 0; s < WG_D / 16; ++s) {
+            qa[s][0] = tok < T ? *(__global const word_t *)(q0 + 16 * s) : 0;
+            qa[s][1] = tok < T ? *(__global const word_t *)(q1 + 16 * s) : 0;
+            qa[s][2] = tok < T ? *(__global const word_t *)(q0 + 16 * s + 8) : 0;
+            qa[s][3] = tok < T ? *(__global const word_t *)(q1 + 16 * s + 8) : 0;
+        }
+        float oacc[2][32], m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f}, a[2];
+#pragma unroll
+        for (int hh = 0; hh < 2; ++hh)
+#pragma unroll
+            for (int j = 0; j < 32; ++j) oacc[hh][j] = 0.0f;
+        for (int c0 = 0; c0 < nkeys; c0 += KC, ++itk, ++itv) {
+            float s[KC / 2];
+            word_t pa[KC / 16][4];
+            stage_scores(s, qa, kt, kfull, kempty, itk);
+            softmax_chunk(s, c0, nvis, t4, sl2, m, l, a, pa, ws);
+#pragma unroll
+            for (int hh = 0; hh < 2; ++hh)
+#pragma unroll
+                for (int j = 0; j < 32; ++j) oacc[hh][j] *= a[(j >> 1) & 1];
+            stage_values(oacc, pa, vt, vfull, vempty, itv);
+        }
+        float lse2[2];
+#pragma unroll
+        for (int hr = 0; hr < 2; ++hr) {
+            l[hr] += shfl_xor(l[hr], 1, ws);
+            l[hr] += shfl_xor(l[hr], 2, ws);
+            lse2[hr] = l[hr] > 0.0f ? m[hr] + log2(l[hr]) : INFINITY; /* INFINITY: no probabilities */
+            const int r = hq + 8 * hr;
+            if (tok < T) {
+                const float f = l[hr] > 0.0f ? 1.0f / l[hr] : 0.0f;
+                store_out_row(o + at4(o_off, o_st, tl.b, tok, r, 0), oacc, hr,
+                              f * LOAD(g_cmp, at4(gc_off, gc_st, tl.b, tok, r, 0)), t4, ws);
+                if (o_cmp) store_out_row(o_cmp + at4(oc_off, oc_st, tl.b, tok, r, 0), oacc, hr, f, t4, ws);
+                if (lse_cmp && t4 == 0)
+                    lse_cmp[at4(lc_off, lc_st, tl.b, tok, r, 0)] = l[hr] > 0.0f ? lse2[hr] / M_LOG2E_F : -INFINITY;
+            }
+        }
+        TOPK_LIST(list);
+        importance_pass(kt, kfull, kempty, qa, nkeys, nvis, tok < T ? tok / BS : -1, sl2, lse2, &list, &itk, ws);
+        if (tok < T)
+            list_store(&list, bcnt, at4(bc_off, bc_st, tl.b, tok, tl.h, 0), bidx, at4(bi_off, bi_st, tl.b, tok, tl.h, 0),
+                       bi_st.w);
+    }
+}
+
+__kernel __attribute__((reqd_work_group_size(128 * (NCONS + 1), 1, 1))) void nsa_cmp_topk_wgmma(
+    NSA_QUERY_ARGS, NSA_FWD_OUT_ARGS, int B)
+{
+    __local ushort kt[NSTK][KC * WG_D] __attribute__((aligned(128)));
+    __local ushort vt[NSTV][KC * WG_D] __attribute__((aligned(128)));
+    __local ulong kfull[NSTK], kempty[NSTK], vfull[NSTV], vempty[NSTV];
+    __local uint ws[WARP_SCRATCH];
+    (void)k; (void)k_off; (void)k_st; (void)v; (void)v_off; (void)v_st; (void)g_slc; (void)gs_off; (void)gs_st;
+    (void)g_swa; (void)gw_off; (void)gw_st; (void)cu; (void)cu0; (void)nseq; (void)cmp_off; (void)cmp_off0;
+    (void)lse_slc; (void)ls_off; (void)ls_st; (void)lse_swa; (void)lw_off; (void)lw_st; (void)o_slc; (void)os_off;
+    (void)os_st; (void)o_swa; (void)ow_off; (void)ow_st;
+    const int lid = get_local_id(0), wgi = lid / 128;
+    const int ntiles = ceil_div(T, TOKS) * NH * B;
+    if (lid < NSTK) {
+        mbar_init(&kfull[lid], 64);
+        mbar_init(&kempty[lid], 128 * NCONS);
+    }
+    if (lid >= 32 && lid < 32 + NSTV) {
+        mbar_init(&vfull[lid - 32], 64);
+        mbar_init(&vempty[lid - 32], 128 * NCONS);
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+    if (wgi == 0) {
+        WG_REGS_DEC(32);
+        if (lid < 64)
+            produce(&kt[0][0], NSTK, kfull, kempty, kc, kc_off, kc_st, false, 2, T, B, nc_rows, ntiles, lid);
+        else
+            produce(&vt[0][0], NSTV, vfull, vempty, vc, vc_off, vc_st, true, 1, T, B, nc_rows, ntiles, lid - 64);
+    } else {
+        WG_REGS_INC(152);
+        consume(kt, vt, kfull, kempty, vfull, vempty, q, q_off, q_st, g_cmp, gc_off, gc_st, o, o_off, o_st, lse_cmp,
+                lc_off, lc_st, o_cmp, oc_off, oc_st, bidx, bi_off, bi_st, bcnt, bc_off, bc_st, nc_rows, T, B, scale,
+                ntiles, wgi - 1, (lid / 32) % 4, ws);
+    }
+}

@@ -1,0 +1,111 @@
+/* test_split_fwd.c: the split NSA forward (src/ops/nsa_fwd.c, plan_split),
+ * forced at every T by CLNSA_SPLIT_FWD=1: the compressed branch alone
+ * writes g_cmp * o_cmp into o, the top-k picks the blocks, and the forward
+ * given them adds its branches to o (nsa_fwd_warp.cl's ADD_PARTIAL). On an
+ * NVIDIA device of compute capability 9.0 the first two are one warpgroup
+ * kernel (nsa_cmp_topk_wgmma.cl) at the shapes it takes (G 16, D 128,
+ * compressed blocks equal to the selection blocks); elsewhere the warp
+ * kernels run them (emulated on PoCL). Against the double-precision
+ * reference, outputs poisoned, each branch's saved output and lse and the
+ * selection checked (nsa_check_forward); which kernels ran is asserted
+ * through the programs built. */
+#include "nsa_case.h"
+#include "programs.h"
+
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+static test_env env;
+
+static int setup(void **state)
+{
+    (void)state;
+    test_env_open(&env);
+    printf("warp kernels: %s\n", test_env_use_warp_path(&env));
+    setenv("CLNSA_SPLIT_FWD", "1", 1);
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    (void)state;
+    test_env_close(&env);
+    return 0;
+}
+
+#define BF16 CLNSA_DTYPE_BF16
+#define F16 CLNSA_DTYPE_F16
+
+/* name, B, T, HQ, H, DK, DV, cu, N, bs, S, l, d, w, init, local, cmp, slc, swa, given_idx, counts,
+ * given_cmp, linear, pe, dtype, tf32 */
+static const nsa_case warp_case = /* the configuration of test_warp's "warp G=16 all branches" */
+    {"split warp G=16 all branches", 1, 45, 16, 1, 16, 16, NULL, 0, 16, 2, 8, 8, 8, 1, 2, true, true, true, false, false, false, false, false, BF16, false};
+
+/* The warpgroup kernel's shapes: tiles of 12 tokens (T not a multiple), B > 1, several KV heads,
+ * blocks of 64 and 32, block_counts, a window, tokens that see no compressed key (T 13), forced
+ * blocks at both ends. */
+static const nsa_case wgmma_cases[] = {
+    {"split wgmma bf16 blocks 64, 16 selected", 2, 777, 32, 2, 128, 128, NULL, 0, 64, 16, 64, 64, 0, 1, 2, true, true, false, false, false, false, false, false, BF16, false},
+    {"split wgmma f16 blocks 32, counts, window 100", 1, 500, 16, 1, 128, 128, NULL, 0, 32, 8, 32, 32, 100, 2, 1, true, true, true, false, true, false, false, false, F16, false},
+    {"split wgmma bf16 T=13 no compressed key yet", 1, 13, 64, 4, 128, 128, NULL, 0, 16, 4, 16, 16, 0, 1, 1, true, true, false, false, false, false, false, false, BF16, false},
+    {"split wgmma bf16 32 selected, no forced block", 1, 2100, 16, 1, 128, 128, NULL, 0, 64, 32, 64, 64, 0, 0, 0, true, true, false, false, false, false, false, false, BF16, false},
+};
+
+static void run_case(const nsa_case *c, uint64_t seed, bool lse)
+{
+    nsa_run r;
+    nsa_run_setup(&env, &r, c, seed);
+    nsa_run_save_branches(&env, &r);
+    if (!lse) nsa_run_drop_lse(&r);
+    nsa_run_forward(&env, &r);
+    nsa_check_forward(&r);
+    nsa_run_free(&r);
+}
+
+/* The warp kernels' split, on every device with the warp path. */
+static void test_split_warp(void **state)
+{
+    (void)state;
+    if (device_wgmma(env.ctx)) { /* the shape is not the warpgroup kernel's: the warp kernels run it */
+        print_message("(a Hopper device: the warp kernels' split at a shape the warpgroup kernel does not take)\n");
+    }
+    run_case(&warp_case, 77, true);
+    assert_true(program_built_with(env.ctx, "nsa_fwd_warp.cl", "#define ADD_PARTIAL 1\n", "#define HAS_CMP 0\n"));
+    assert_true(program_built_with(env.ctx, "nsa_fwd_warp.cl", "#define HAS_CMP 1\n#define HAS_SLC 0\n#define HAS_SWA 0\n",
+                                   NULL));
+    assert_true(program_built(env.ctx, "nsa_topk_warp.cl"));
+    assert_false(program_built(env.ctx, "nsa_cmp_topk_wgmma.cl"));
+}
+
+/* The warpgroup kernel's split, where device_wgmma says it runs. */
+static void test_split_wgmma(void **state)
+{
+    (void)state;
+    if (!device_wgmma(env.ctx)) {
+        print_message("skipped: %s is not an NVIDIA device of compute capability 9.0 (or CLNSA_WGMMA=0)\n",
+                      clnsa_context_device_info(env.ctx)->name);
+        skip();
+    }
+    for (size_t i = 0; i < sizeof wgmma_cases / sizeof wgmma_cases[0]; ++i) {
+        if (!nsa_case_selected(wgmma_cases[i].name)) continue;
+        print_message("%s\n", wgmma_cases[i].name);
+        run_case(&wgmma_cases[i], 900 + i, i % 2 == 0);
+    }
+    assert_true(program_built(env.ctx, "nsa_cmp_topk_wgmma.cl"));
+    assert_true(program_built_with(env.ctx, "nsa_fwd_warp.cl", "#define ADD_PARTIAL 1\n", NULL));
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_split_warp),
+        cmocka_unit_test(test_split_wgmma),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}

@@ -196,42 +196,53 @@ inline float block_score_of(float imp, int j, int nvis, int cur)
     return j < nvis ? imp : 0.0f;
 }
 
+/* One chunk's round of the top-k's second pass for the warp's token: the
+ * chunk's scores s (keys c0 ..) to exp2(s - lse2) summed over the 16 heads
+ * per key, merged into the list. The sum over a column's rows: rows gq and
+ * gq + 8 in the lane, then halvings over the lanes' gq bits, after which
+ * lane (gq, t4) holds column 8 (gq >> 1) + 2 t4 + (gq & 1); a shuffle gives
+ * lane i column i. Returns the list's last score. */
+inline float importance_round(const float *s, int c0, int nvis, int cur, float sl2, const float *lse2, topk_list *list,
+                              float last, __local uint *ws)
+{
+    const int lane = lane_id(), gq = lane >> 2, t4 = lane & 3;
+    float v[8], v4[4], v2[2], v1[1];
+#pragma unroll
+    for (int j = 0; j < KC / 8; ++j)
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+            const bool vis = c0 + 8 * j + 2 * t4 + e < nvis;
+            v[2 * j + e] = vis ? exp2(s[4 * j + e] * sl2 - lse2[0]) + exp2(s[4 * j + 2 + e] * sl2 - lse2[1]) : 0.0f;
+        }
+    HALVE(v, v4, 8, 16, (gq >> 2) & 1)
+    HALVE(v4, v2, 4, 8, (gq >> 1) & 1)
+    HALVE(v2, v1, 2, 4, gq & 1)
+    const float imp = shfl_idx(v1[0], 4 * (2 * (lane >> 3) + (lane & 1)) + ((lane & 7) >> 1), ws);
+    const int j = c0 + lane;
+    const float sc = block_score_of(imp, j, nvis, cur);
+    return list_add_round(list, j <= cur && sc > last, sc, c0, ws);
+}
+
 /* The top-k's second pass for the warp's token: each chunk's Q K^T again,
- * exp2(s - lse2) summed over the 16 heads per key, and the list's rounds;
- * then the blocks past the chunks up to the token's own (cur), which have
- * no compressed key. The sum over a column's rows: rows gq and gq + 8 in
- * the lane, then halvings over the lanes' gq bits, after which lane (gq,
- * t4) holds column 8 (gq >> 1) + 2 t4 + (gq & 1); a shuffle gives lane i
- * column i. */
+ * its round (importance_round), then the blocks past the chunks up to the
+ * token's own (cur), which have no compressed key. Issuing the next
+ * chunk's products before this one's round (two score tiles taking turns)
+ * was 13% slower on the H200 (6.73 -> 7.58-7.62 ms at 64k, 2026-11-30):
+ * ptxas serializes the products (C7514) once the round reads one tile
+ * while the other's products are in flight. */
 inline void importance_pass(__local ushort (*kt)[KC * WG_D], __local ulong *kfull, __local ulong *kempty,
                             word_t (*qa)[4], int nkeys, int nvis, int cur, float sl2, const float *lse2, topk_list *list,
                             uint *itk, __local uint *ws)
 {
-    const int lane = lane_id(), gq = lane >> 2, t4 = lane & 3;
-    const int src = 4 * (2 * (lane >> 3) + (lane & 1)) + ((lane & 7) >> 1);
     float last = -INFINITY;
     int c0 = 0;
     for (; c0 < nkeys; c0 += KC, ++(*itk)) {
         float s[KC / 2];
         stage_scores(s, qa, kt, kfull, kempty, *itk);
-        float v[8], v4[4], v2[2], v1[1];
-#pragma unroll
-        for (int j = 0; j < KC / 8; ++j)
-#pragma unroll
-            for (int e = 0; e < 2; ++e) {
-                const bool vis = c0 + 8 * j + 2 * t4 + e < nvis;
-                v[2 * j + e] = vis ? exp2(s[4 * j + e] * sl2 - lse2[0]) + exp2(s[4 * j + 2 + e] * sl2 - lse2[1]) : 0.0f;
-            }
-        HALVE(v, v4, 8, 16, (gq >> 2) & 1)
-        HALVE(v4, v2, 4, 8, (gq >> 1) & 1)
-        HALVE(v2, v1, 2, 4, gq & 1)
-        const float imp = shfl_idx(v1[0], src, ws);
-        const int j = c0 + lane;
-        const float sc = block_score_of(imp, j, nvis, cur);
-        last = list_add_round(list, j <= cur && sc > last, sc, c0, ws);
+        last = importance_round(s, c0, nvis, cur, sl2, lse2, list, last, ws);
     }
     for (; c0 <= cur; c0 += WARP) {
-        const int j = c0 + lane;
+        const int j = c0 + lane_id();
         const float sc = block_score_of(0.0f, j, nvis, cur);
         last = list_add_round(list, j <= cur && sc > last, sc, c0, ws);
     }

@@ -21,22 +21,16 @@
 
 #include <cmocka.h>
 
-static test_env env;
+TEST_ENV_GROUP
 
-static int setup(void **state)
+/* The warp kernels and the split forced, once for the executable. */
+static void split_env(void)
 {
-    (void)state;
-    test_env_open(&env);
+    static bool done;
+    if (done) return;
+    done = true;
     printf("warp kernels: %s\n", test_env_use_warp_path(&env));
     setenv("CLNSA_SPLIT_FWD", "1", 1);
-    return 0;
-}
-
-static int teardown(void **state)
-{
-    (void)state;
-    test_env_close(&env);
-    return 0;
 }
 
 #define BF16 CLNSA_DTYPE_BF16
@@ -72,9 +66,9 @@ static void run_case(const nsa_case *c, uint64_t seed, bool lse)
 static void test_split_warp(void **state)
 {
     (void)state;
-    if (device_wgmma(env.ctx)) { /* the shape is not the warpgroup kernel's: the warp kernels run it */
+    split_env();
+    if (device_wgmma(env.ctx)) /* the shape is not the warpgroup kernel's: the warp kernels run it */
         print_message("(a Hopper device: the warp kernels' split at a shape the warpgroup kernel does not take)\n");
-    }
     run_case(&warp_case, 77, true);
     assert_true(program_built_with(env.ctx, "nsa_fwd_warp.cl", "#define ADD_PARTIAL 1\n", "#define HAS_CMP 0\n"));
     assert_true(program_built_with(env.ctx, "nsa_fwd_warp.cl", "#define HAS_CMP 1\n#define HAS_SLC 0\n#define HAS_SWA 0\n",
@@ -87,6 +81,7 @@ static void test_split_warp(void **state)
 static void test_split_wgmma(void **state)
 {
     (void)state;
+    split_env();
     if (!device_wgmma(env.ctx)) {
         print_message("skipped: %s is not an NVIDIA device of compute capability 9.0 (or CLNSA_WGMMA=0)\n",
                       clnsa_context_device_info(env.ctx)->name);

@@ -278,7 +278,8 @@ typedef enum { SPLIT_NONE, SPLIT_WARP, SPLIT_WGMMA } split_mode;
 #define SPLIT_MIN_T 32768
 
 /* Whether nsa_cmp_topk_wgmma.cl takes the call: the shapes it is written
- * for (its #error line), aligned rows, and an H of a few KV heads (a define). */
+ * for (its #error line) and rows it reads and writes in aligned pieces
+ * (cp.async's 16 bytes, the fragments' words). */
 static bool cmp_topk_wgmma_fits(const clnsa_context *ctx, const nsa_problem *pb, const clnsa_nsa_inputs *in,
                                 const clnsa_nsa_outputs *out, const clnsa_tensor *kc, const clnsa_tensor *vc)
 {

@@ -300,7 +300,10 @@ static split_mode choose_split(const clnsa_context *ctx, const nsa_problem *pb, 
     if (!pb->has_cmp || !pb->run_topk || pb->warp == WARP_OFF || asked == 0) return SPLIT_NONE;
     const bool wgmma = cmp_topk_wgmma_fits(ctx, pb, in, out, kc, vc);
     if (asked == 1) return wgmma ? SPLIT_WGMMA : SPLIT_WARP;
-    return wgmma && pb->T >= SPLIT_MIN_T ? SPLIT_WGMMA : SPLIT_NONE;
+    /* bf16 only unless forced: the split holds g_cmp * o_cmp in o, and in
+     * f16 that partial sum may leave the range where the whole one does not
+     * (the fused kernel sums f16 in floats: nsa_fwd_warp.cl's sum_word) */
+    return wgmma && pb->T >= SPLIT_MIN_T && pb->dtype == CLNSA_DTYPE_BF16 ? SPLIT_WGMMA : SPLIT_NONE;
 }
 
 /* nsa_cmp_topk_wgmma.cl: a persistent grid of a work-group a compute unit

@@ -1,7 +1,7 @@
 /*
  * nsa_cmp_topk_wgmma.cl: the first half of the split NSA forward on
- * Hopper (src/ops/nsa_fwd_wgmma.c): the compressed branch and the top-k on
- * warpgroup products (warpgroup_mma.h). It writes g_cmp * o_cmp into o (the
+ * Hopper (src/ops/nsa_fwd.c's plan_cmp_topk_wgmma): the compressed branch
+ * and the top-k on warpgroup products (warpgroup_mma.h). It writes g_cmp * o_cmp into o (the
  * forward given the selection then adds the other branches to it:
  * nsa_fwd_warp.cl's ADD_PARTIAL), lse_cmp and o_cmp where asked, and the
  * selection into block_indices, with the rules of the warp kernels' top-k
@@ -20,7 +20,11 @@
  *   the compressed branch at 64k on the H200 against pieces along a row.
  * - A consumer warpgroup owns 4 tokens' 16 query heads (G = 16): 64 rows,
  *   warp w the rows of token 4 * (its index) + w, in mma.sync's fragments.
- *   Per chunk: Q K^T (m64n32k16), the online softmax, P V (m64n64k16).
+ *   Per chunk of KC keys: Q K^T (m64n32k16), the online softmax on each
+ *   warp's fragments (warp_softmax.h), P V (m64n64k16, two halves of D).
+ *   The softmax's slack (RESCALE_SLACK: O rescaled only when a row's max
+ *   moves by more) took the kernel from 6.76 to 6.51 ms at 64k on the H200
+ *   (2026-11-30).
  *   After the tile, K is streamed again for the top-k's second pass: each
  *   head's exp2(s - lse) summed over the 16 heads per key (the importance
  *   of the block that compressed key is: compressed and selection blocks
@@ -31,10 +35,11 @@
  *   serialized two consumers' products (C7520): 5.86 ms against 4.23 with
  *   three consumers and the registers moved (bench/results/session30_*).
  *
- * Defines (besides common.h, warp_mma.h with MMA_NV 1, warpgroup_mma.h,
- * nsa_ranges.h, nsa_topk_list.h): G 16, DK = DV = 128, BS = CMP_L = CMP_D,
- * S <= 32, NH (KV heads), NCONS, KC 32, NSTK, NSTV, INIT_BLOCKS,
- * LOCAL_BLOCKS, HAS_COUNTS, FUSED_TOPK 1 (block_indices written).
+ * Defines (besides common.h, warp_mma.h with MMA_NV 1, warp_softmax.h,
+ * warpgroup_mma.h, nsa_ranges.h, nsa_topk_list.h): G 16, DK = DV = 128,
+ * BS = CMP_L = CMP_D, S <= 32, NH (KV heads), NCONS, KC 32, NSTK,
+ * NSTV, INIT_BLOCKS, LOCAL_BLOCKS, HAS_COUNTS, FUSED_TOPK 1 (block_indices
+ * written).
  * NDRange: (128 * (NCONS + 1) * work-groups, 1, 1), work-groups at most the
  * tiles (one a compute unit is the host's choice).
  */
@@ -130,47 +135,6 @@ inline void stage_values(float (*oacc)[32], word_t (*pa)[4], __local ushort (*vt
     mbar_arrive(&vempty[sv]);
 }
 
-/* The online softmax of a chunk's scores s (in place: probabilities) for
- * the lane's rows gq and gq + 8 (m, l: theirs), keys past nvis masked; O's
- * rescale factors a; P as A fragments. */
-inline void softmax_chunk(float *s, int c0, int nvis, int t4, float sl2, float *m, float *l, float *a, word_t (*pa)[4],
-                          __local uint *ws)
-{
-    float mx[2] = {m[0], m[1]};
-#pragma unroll
-    for (int j = 0; j < KC / 8; ++j)
-#pragma unroll
-        for (int e = 0; e < 2; ++e) {
-            const bool vis = c0 + 8 * j + 2 * t4 + e < nvis;
-#pragma unroll
-            for (int r = 0; r < 2; ++r) {
-                float *x = &s[4 * j + 2 * r + e];
-                *x = vis ? *x * sl2 : -INFINITY;
-                mx[r] = fmax(mx[r], *x);
-            }
-        }
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-        mx[r] = fmax(mx[r], shfl_xor(mx[r], 1, ws));
-        mx[r] = fmax(mx[r], shfl_xor(mx[r], 2, ws));
-        a[r] = mx[r] == -INFINITY ? 1.0f : exp2(m[r] - mx[r]);
-        m[r] = mx[r];
-        l[r] *= a[r];
-    }
-#pragma unroll
-    for (int j = 0; j < KC / 8; ++j)
-#pragma unroll
-        for (int i = 0; i < 4; ++i) {
-            const int r = i >> 1;
-            s[4 * j + i] = exp2(s[4 * j + i] - (mx[r] == -INFINITY ? 0.0f : mx[r]));
-            l[r] += s[4 * j + i];
-        }
-#pragma unroll
-    for (int ks = 0; ks < KC / 16; ++ks)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) pa[ks][e] = pack_f32x2(s[8 * ks + 2 * e], s[8 * ks + 2 * e + 1], ws);
-}
-
 /* Stores scale * the lane's part of a row (hr: gq or gq + 8) at p. */
 inline void store_out_row(__global store_t *p, float (*oacc)[32], int hr, float scale, int t4, __local uint *ws)
 {
@@ -182,12 +146,6 @@ inline void store_out_row(__global store_t *p, float (*oacc)[32], int hr, float 
                        p + 64 * hh + 8 * j + 2 * t4);
 }
 
-/* Half the values x (n of them) summed with the other half from the lane m
- * apart: which half a lane keeps is its bit b. */
-#define HALVE(x, y, n, m, b)                                                                                           \
-    for (int i_ = 0; i_ < (n) / 2; ++i_)                                                                               \
-        y[i_] = ((b) ? x[i_ + (n) / 2] : x[i_]) + shfl_xor((b) ? x[i_] : x[i_ + (n) / 2], m, ws);
-
 /* Lane i's block score of a round of blocks c0 + i (the top-k's rules:
  * forced blocks +inf; blocks without a compressed key 0). */
 inline float block_score_of(float imp, int j, int nvis, int cur)
@@ -196,29 +154,39 @@ inline float block_score_of(float imp, int j, int nvis, int cur)
     return j < nvis ? imp : 0.0f;
 }
 
+/* The lane holding column c (< 32) of a 32-key slice's column sums
+ * after column_sums(v, 8): its v[i] was column 8 (i >> 1) + 2 t4 + (i & 1),
+ * and column_sums leaves lane (gq, t4) the sum of v[i], i the bits of gq
+ * reversed (it halves on lane bits 4, 8, 16, keeping the upper half on
+ * bit 4 first). */
+inline int column_lane(int c)
+{
+    const int i = 2 * (c >> 3) + (c & 1);
+    return 4 * (((i >> 2) & 1) | (i & 2) | ((i & 1) << 2)) + ((c >> 1) & 3);
+}
+
 /* One chunk's round of the top-k's second pass for the warp's token: the
- * chunk's scores s (keys c0 ..) to exp2(s - lse2) summed over the 16 heads
- * per key, merged into the list. The sum over a column's rows: rows gq and
- * gq + 8 in the lane, then halvings over the lanes' gq bits, after which
- * lane (gq, t4) holds column 8 (gq >> 1) + 2 t4 + (gq & 1); a shuffle gives
- * lane i column i. Returns the list's last score. */
+ * scores s of its 32 keys (c0 ..) to exp2(s - lse2) summed over the 16
+ * heads per key (rows gq and gq + 8 in the lane, then column_sums across
+ * the lanes), lane i taking key c0 + i, merged into the list. Returns the
+ * list's last score. */
 inline float importance_round(const float *s, int c0, int nvis, int cur, float sl2, const float *lse2, topk_list *list,
                               float last, __local uint *ws)
 {
-    const int lane = lane_id(), gq = lane >> 2, t4 = lane & 3;
-    float v[8], v4[4], v2[2], v1[1];
+    const int t4 = lane_id() & 3;
+    float v[8];
+    int first;
 #pragma unroll
-    for (int j = 0; j < KC / 8; ++j)
+    for (int j = 0; j < 4; ++j)
 #pragma unroll
         for (int e = 0; e < 2; ++e) {
             const bool vis = c0 + 8 * j + 2 * t4 + e < nvis;
             v[2 * j + e] = vis ? exp2(s[4 * j + e] * sl2 - lse2[0]) + exp2(s[4 * j + 2 + e] * sl2 - lse2[1]) : 0.0f;
         }
-    HALVE(v, v4, 8, 16, (gq >> 2) & 1)
-    HALVE(v4, v2, 4, 8, (gq >> 1) & 1)
-    HALVE(v2, v1, 2, 4, gq & 1)
-    const float imp = shfl_idx(v1[0], 4 * (2 * (lane >> 3) + (lane & 1)) + ((lane & 7) >> 1), ws);
-    const int j = c0 + lane;
+    column_sums(v, 8, &first, ws);
+    (void)first; /* column_lane's order */
+    const float imp = shfl_idx(v[0], column_lane(lane_id()), ws);
+    const int j = c0 + lane_id();
     const float sc = block_score_of(imp, j, nvis, cur);
     return list_add_round(list, j <= cur && sc > last, sc, c0, ws);
 }
@@ -279,14 +247,18 @@ inline void consume(__local ushort (*kt)[KC * WG_D], __local ushort (*vt)[KC * W
 #pragma unroll
             for (int j = 0; j < 32; ++j) oacc[hh][j] = 0.0f;
         for (int c0 = 0; c0 < nkeys; c0 += KC, ++itk, ++itv) {
-            float s[KC / 2];
+            float s[KC / 2], mx[2];
             word_t pa[KC / 16][4];
             stage_scores(s, qa, kt, kfull, kempty, itk);
-            softmax_chunk(s, c0, nvis, t4, sl2, m, l, a, pa, ws);
+            warp_mask(s, sl2, nvis - c0, mx);
+            if (warp_softmax(s, mx, m, l, a, ws)) {
 #pragma unroll
-            for (int hh = 0; hh < 2; ++hh)
+                for (int hh = 0; hh < 2; ++hh)
 #pragma unroll
-                for (int j = 0; j < 32; ++j) oacc[hh][j] *= a[(j >> 1) & 1];
+                    for (int j = 0; j < 32; ++j) oacc[hh][j] *= a[(j >> 1) & 1];
+            }
+#pragma unroll
+            for (int ks = 0; ks < KC / 16; ++ks) p_afrag(s, ks, pa[ks], ws);
             stage_values(oacc, pa, vt, vfull, vempty, itv);
         }
         float lse2[2];

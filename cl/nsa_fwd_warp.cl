@@ -80,6 +80,48 @@ inline sum_word sum_pack(float lo, float hi, __local uint *ws) { return pack_f32
 inline float sum_elem(sum_word w, int hi) { return word_elem(w, hi); }
 #endif
 
+#if ADD_PARTIAL
+/* Adds o's partial sum (the split forward's gated compressed branch) to the
+ * lane's rows gq and gq + 8 of acc. Both rows are read before the kernel
+ * stores either: the stores may alias the reads, so the compiler keeps a
+ * later row's reads behind an earlier row's stores, two round trips to
+ * memory at the warp's end. Where o's rows allow it (OUT_VEC: dims
+ * contiguous, 16-byte aligned; 16-bit types; acc in load_cols' order, its
+ * DV/4 values of a row contiguous) they come in 16-byte pieces. On the
+ * H200 at 64k (2026-11-30) the forward given the selection went 14.37-14.45
+ * -> 13.77-13.84 ms against each row read element by element after the
+ * last row's stores; asking L2 for the rows at the warp's start
+ * (prefetch.global.L2::evict_last) lost instead (14.49 -> 15.06). */
+inline void add_partial(float *acc, __global const store_t *o, idx_t row0, idx_t hs, idx_t ds, int ng)
+{
+    const int gq = lane_id() >> 2;
+#if OUT_VEC && !ACC_TRANS && STORAGE != 0 && DV % 32 == 0
+    (void)ds;
+    float8 x[2][DV / 32];
+#pragma unroll
+    for (int hr = 0; hr < 2; ++hr) {
+        const bool on = gq + 8 * hr < ng;
+        __global const store_t *p = o + row0 + min(gq + 8 * hr, ng - 1) * hs + row_col(DV, 0);
+#pragma unroll
+        for (int i = 0; i < DV / 32; ++i) x[hr][i] = on ? LOAD8(p, 8 * i) : (float8)(0.0f);
+    }
+#pragma unroll
+    for (int hr = 0; hr < 2; ++hr)
+#pragma unroll
+        for (int i = 0; i < DV / 32; ++i) {
+            float xs[8];
+            vstore8(x[hr][i], 0, xs);
+#pragma unroll
+            for (int k = 0; k < 8; ++k) acc[row_index(DV, hr, 8 * i + k)] += xs[k];
+        }
+#else
+#pragma unroll
+    for (int hr = 0; hr < 2; ++hr)
+        if (gq + 8 * hr < ng) add_row_strided(acc, o, row0 + (gq + 8 * hr) * hs, ds, DV, hr);
+#endif
+}
+#endif
+
 #if !BWD_PRE
 /* The gated branch outputs are summed in the warp's slice of local memory
  * (outs: ACC_N/2 words a lane, acc's pairs rounded as sum_word says, as
@@ -308,12 +350,12 @@ __kernel __attribute__((reqd_work_group_size(NW * WARP, 1, 1))) void nsa_fwd(
 #endif
 
 #if !BWD_PRE
+#if ADD_PARTIAL
+    add_partial(acc, o, at4(o_off, o_st, b, t, hq0, 0), o_st.z, o_st.w, ng);
+#endif
 #pragma unroll
     for (int hr = 0; hr < 2; ++hr) { /* acc: the gated sum of the branches */
         const int r = gq + 8 * hr;
-#if ADD_PARTIAL
-        if (r < ng) add_row_strided(acc, o, at4(o_off, o_st, b, t, hq0 + r, 0), o_st.w, DV, hr);
-#endif
 #if OUT_VEC && ACC_TRANS
         store_row_wide(o + at4(o_off, o_st, b, t, hq0 + min(r, ng - 1), 0), DV, acc, hr, 1.0f, r < ng, ws);
 #elif OUT_VEC

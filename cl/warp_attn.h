@@ -226,17 +226,6 @@ inline void load_afrag(__global const store_t *r0, bool v0, __global const store
     }
 }
 
-/* The A fragments of k-step kk of a product over the chunk's keys, from
- * score fragments p, rounded to the storage type. */
-inline void p_afrag(const float *p, int kk, word_t *a, __local uint *ws)
-{
-    const float *p0 = p + 8 * kk, *p1 = p0 + 4;
-    a[0] = pack_f32x2(p0[0], p0[1], ws);
-    a[1] = pack_f32x2(p0[2], p0[3], ws);
-    a[2] = pack_f32x2(p1[0], p1[1], ws);
-    a[3] = pack_f32x2(p1[2], p1[3], ws);
-}
-
 /* c[4*nb ..] += A B for the `dim`/8 n-blocks of B, whose 16 k-rows (the
  * keys 2t, 2t+1, 2t+8, 2t+9 of lane t) were read by load_cols. */
 inline void mma_cols(float *c, word_t a0, word_t a1, word_t a2, word_t a3, const word_t *k0, const word_t *k1,
@@ -541,61 +530,7 @@ inline void warp_scores(float *s, const word_t *qa, __global const store_t *k, i
     else warp_products(s, qa, k, k_rs, lo, hi, DK, ws);
 }
 
-/* Scales the scores to log2 units, masks chunk columns n and later (-inf),
- * and returns the row maxima of the lane's values. */
-inline void warp_mask(float *s, float scale_log2, int n, float *mx)
-{
-    const int t = lane_id() & 3;
-    mx[0] = mx[1] = -INFINITY;
-#pragma unroll
-    for (int nb = 0; nb < KC / 8; ++nb)
-#pragma unroll
-        for (int e = 0; e < 2; ++e) {
-            const int j = 8 * nb + 2 * t + e;
-            const float s0 = j < n ? s[4 * nb + e] * scale_log2 : -INFINITY;
-            const float s1 = j < n ? s[4 * nb + 2 + e] * scale_log2 : -INFINITY;
-            s[4 * nb + e] = s0;
-            s[4 * nb + 2 + e] = s1;
-            mx[0] = fmax(mx[0], s0);
-            mx[1] = fmax(mx[1], s1);
-        }
-}
-
-/* The online-softmax step of one chunk of masked scores (log2 units, the
- * lane's row maxima in mx): updates m and the lane's part of l, turns s
- * into probabilities and gives each row's rescale factor. The running max
- * moves only when some row of the warp passes its own by more than
- * RESCALE_SLACK (log2 units), and then for every row: in between, P may
- * reach 2^RESCALE_SLACK, harmless in f32 and in the 16-bit P (the final
- * 1/l undoes it), and the warp skips rescaling its accumulators, which
- * after the first chunks is nearly always. Returns whether the max moved
- * (the same for the whole warp; alpha is 1 otherwise). */
-#ifndef RESCALE_SLACK
-#define RESCALE_SLACK 8.0f
-#endif
-inline bool warp_softmax(float *s, const float *mx, float *m, float *l, float *alpha, __local uint *ws)
-{
-    float psum[2] = {0.0f, 0.0f}, rmax[2];
-#pragma unroll
-    for (int r = 0; r < 2; ++r) rmax[r] = quad_max(mx[r], ws);
-    const bool move = ballot(rmax[0] > m[0] + RESCALE_SLACK || rmax[1] > m[1] + RESCALE_SLACK, ws) != 0;
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-        const float m_new = move ? fmax(m[r], rmax[r]) : m[r];
-        alpha[r] = m_new == -INFINITY ? 1.0f : exp2(m[r] - m_new);
-        m[r] = m_new;
-    }
-#pragma unroll
-    for (int i = 0; i < KC / 2; ++i) {
-        const int r = (i >> 1) & 1;
-        const float p = m[r] == -INFINITY ? 0.0f : exp2(s[i] - m[r]);
-        s[i] = p;
-        psum[r] += p;
-    }
-#pragma unroll
-    for (int r = 0; r < 2; ++r) l[r] = l[r] * alpha[r] + psum[r];
-    return move;
-}
+/* warp_mask, warp_softmax and p_afrag, the online softmax of a chunk: warp_softmax.h. */
 
 /* With V_STAGE (set by the host where it pays, instead of V_EARLY; needs
  * ACC_TRANS) the chunk's V rows are copied into the warp's local tile vt

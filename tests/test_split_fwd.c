@@ -38,8 +38,9 @@ static void split_env(void)
 
 /* name, B, T, HQ, H, DK, DV, cu, N, bs, S, l, d, w, init, local, cmp, slc, swa, given_idx, counts,
  * given_cmp, linear, pe, dtype, tf32 */
-static const nsa_case warp_case = /* the configuration of test_warp's "warp G=16 all branches" */
-    {"split warp G=16 all branches", 1, 45, 16, 1, 16, 16, NULL, 0, 16, 2, 8, 8, 8, 1, 2, true, true, true, false, false, false, false, false, BF16, false};
+static const nsa_case warp_case = /* test_warp's "warp G=16 all branches" at DV 32, where the forward
+                                   * given the selection reads o's partial sum in 16-byte pieces */
+    {"split warp G=16 all branches", 1, 45, 16, 1, 16, 32, NULL, 0, 16, 2, 8, 8, 8, 1, 2, true, true, true, false, false, false, false, false, BF16, false};
 
 /* The warpgroup kernel's shapes: tiles of 12 tokens (T not a multiple), B > 1, several KV heads,
  * blocks of 64 and 32, block_counts, a window, tokens that see no compressed key (T 13), forced

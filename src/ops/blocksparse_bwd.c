@@ -12,7 +12,7 @@
 #include <string.h>
 
 static const char *const bwd_files[] = {"common.h", "blocksparse.h", "blocksparse_bwd.cl", NULL};
-static const char *const bwd_warp_files[] = {"common.h",      "warp_mma.h",         "warp_attn.h",
+static const char *const bwd_warp_files[] = {"common.h",      "warp_mma.h", "warp_softmax.h", "warp_attn.h",
                                              "blocksparse.h", "blocksparse_warp.h", "blocksparse_bwd_warp.cl",
                                              NULL};
 

@@ -10,7 +10,7 @@
 #include <string.h>
 
 static const char *const fwd_files[] = {"common.h", "attn_tile.h", "blocksparse.h", "blocksparse_fwd.cl", NULL};
-static const char *const fwd_warp_files[] = {"common.h",      "warp_mma.h",         "warp_attn.h",
+static const char *const fwd_warp_files[] = {"common.h",      "warp_mma.h", "warp_softmax.h", "warp_attn.h",
                                              "blocksparse.h", "blocksparse_warp.h", "blocksparse_fwd_warp.cl",
                                              NULL};
 

@@ -135,15 +135,28 @@ inline void stage_values(float (*oacc)[32], word_t (*pa)[4], __local ushort (*vt
     mbar_arrive(&vempty[sv]);
 }
 
-/* Stores scale * the lane's part of a row (hr: gq or gq + 8) at p. */
+/* Stores scale * the lane's part of a row (hr: gq or gq + 8) at p, 16
+ * bytes a store. Word j of each half of D (columns 8 j + 2 t4, +1) goes
+ * through a 4x4 transpose across the quad (quad_transpose), after which
+ * lane t4 holds columns 32 jj + 8 t4 .. +7 of each 32; the whole warp
+ * calls it. Against a 4-byte store a word, on the H200 at 64k (2026-11-30):
+ * 6.50-6.69 -> 6.20 ms, and 7.14-7.25 -> 6.36 in the training forward,
+ * which stores o_cmp too. */
 inline void store_out_row(__global store_t *p, float (*oacc)[32], int hr, float scale, int t4, __local uint *ws)
 {
 #pragma unroll
     for (int hh = 0; hh < 2; ++hh)
 #pragma unroll
-        for (int j = 0; j < 8; ++j)
-            STORE_WORD(pack_f32x2(scale * oacc[hh][4 * j + 2 * hr], scale * oacc[hh][4 * j + 2 * hr + 1], ws),
-                       p + 64 * hh + 8 * j + 2 * t4);
+        for (int jj = 0; jj < 2; ++jj) {
+            word_t x[4];
+#pragma unroll
+            for (int k = 0; k < 4; ++k) {
+                const float *c = &oacc[hh][4 * (4 * jj + k) + 2 * hr];
+                x[k] = pack_f32x2(scale * c[0], scale * c[1], ws);
+            }
+            quad_transpose(x, ws);
+            STORE_WORDS4((word4_t)(x[0], x[1], x[2], x[3]), 0, p + 64 * hh + 32 * jj + 8 * t4);
+        }
 }
 
 /* Lane i's block score of a round of blocks c0 + i (the top-k's rules:
@@ -216,7 +229,10 @@ inline void importance_pass(__local ushort (*kt)[KC * WG_D], __local ulong *kful
     }
 }
 
-/* A consumer warpgroup (cw of NCONS), warp w of it: its token of every tile. */
+/* A consumer warpgroup (cw of NCONS), warp w of it: its token of every
+ * tile. Reading the next tile's queries during pass 2, when O's registers
+ * are free, instead of at the tile's start lost: 6.20 -> 7.06-7.27 ms at
+ * 64k on the H200 (2026-11-30). */
 inline void consume(__local ushort (*kt)[KC * WG_D], __local ushort (*vt)[KC * WG_D], __local ulong *kfull,
                     __local ulong *kempty, __local ulong *vfull, __local ulong *vempty, __global const store_t *q,
                     idx_t q_off, idx4_t q_st, __global const store_t *g_cmp, idx_t gc_off, idx4_t gc_st,

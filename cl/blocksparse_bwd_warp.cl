@@ -22,8 +22,8 @@
  * lds_accumulate_trans (ACC_TRANS). The host builds the file twice: KC = 32 for dq, 16 for
  * dk/dv (their registers).
  *
- * Defines (besides common.h, warp_mma.h, warp_attn.h, blocksparse.h,
- * blocksparse_warp.h): NW, KC, DK, DV, KROW and VROW (strides of staged
+ * Defines (besides common.h, warp_mma.h, warp_softmax.h, warp_attn.h,
+ * blocksparse.h, blocksparse_warp.h): NW, KC, DK, DV, KROW and VROW (strides of staged
  * DK- and DV-wide rows), CAUSAL, WINDOW, SOFTCAP, SINKS.
  * NDRange: dq (32 * NW * NQT, HQ, B); dk/dv (32 * NW * NKT, H, B).
  */

@@ -11,8 +11,8 @@
  * and its scores, probabilities and the output stay in the warps' mma
  * fragments.
  *
- * Defines (besides common.h, warp_mma.h, warp_attn.h, blocksparse.h,
- * blocksparse_warp.h): NW
+ * Defines (besides common.h, warp_mma.h, warp_softmax.h, warp_attn.h,
+ * blocksparse.h, blocksparse_warp.h): NW
  * warps per work-group, KC = BK keys per tile, DK, DV, KROW and VROW (row
  * strides of the staged tiles in elements: multiples of 8, chosen by the
  * host against local-memory bank conflicts), CAUSAL, WINDOW, SOFTCAP,

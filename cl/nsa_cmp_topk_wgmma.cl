@@ -1,11 +1,12 @@
 /*
  * nsa_cmp_topk_wgmma.cl: the first half of the split NSA forward on
  * Hopper (src/ops/nsa_fwd.c's plan_cmp_topk_wgmma): the compressed branch
- * and the top-k on warpgroup products (warpgroup_mma.h). It writes g_cmp * o_cmp into o (the
- * forward given the selection then adds the other branches to it:
- * nsa_fwd_warp.cl's ADD_PARTIAL), lse_cmp and o_cmp where asked, and the
- * selection into block_indices, with the rules of the warp kernels' top-k
- * (nsa_topk_warp.h): the same scores, forced blocks, list and order.
+ * and the top-k on warpgroup products (warpgroup_mma.h). It writes g_cmp *
+ * o_cmp into o (the forward given the selection then adds the other
+ * branches to it: nsa_fwd_warp.cl's ADD_PARTIAL), lse_cmp and o_cmp where
+ * asked, and the selection into block_indices, with the rules of the warp
+ * kernels' top-k (nsa_topk_warp.h): the same scores, forced blocks, list
+ * and order.
  *
  * Warp-specialized and persistent: a work-group is one producer warpgroup
  * and NCONS consumer warpgroups, and loops over tiles of TOKS = 4 * NCONS
@@ -196,8 +197,8 @@ inline float importance_round(const float *s, int c0, int nvis, int cur, float s
             const bool vis = c0 + 8 * j + 2 * t4 + e < nvis;
             v[2 * j + e] = vis ? exp2(s[4 * j + e] * sl2 - lse2[0]) + exp2(s[4 * j + 2 + e] * sl2 - lse2[1]) : 0.0f;
         }
-    column_sums(v, 8, &first, ws);
-    (void)first; /* column_lane's order */
+    column_sums(v, 8, &first, ws); /* the lane's v[0]: column_lane's inverse */
+    (void)first;
     const float imp = shfl_idx(v[0], column_lane(lane_id()), ws);
     const int j = c0 + lane_id();
     const float sc = block_score_of(imp, j, nvis, cur);

@@ -14,7 +14,7 @@
  * registers. At 64k on the H200 (anchor configuration) this forward takes
  * 27.1 ms where the separate top-k kernel and the forward took 7.1 + 24.0.
  *
- * Defines (besides common.h, warp_mma.h, warp_attn.h, nsa_ranges.h): G,
+ * Defines (besides common.h, warp_mma.h, warp_softmax.h, warp_attn.h, nsa_ranges.h): G,
  * NGT = ceil(G/16) head tiles, NW warps per work-group, HAS_CMP, HAS_SLC,
  * HAS_SWA, HAS_COUNTS, BS, S, CMP_L, CMP_D, WINDOW, BWD_PRE, OUT_VEC (o's
  * rows aligned for vector stores), SAVE_VEC (likewise the saved branch

@@ -61,6 +61,11 @@ struct clnsa_context {
  * kernels), on NVIDIA's tensor cores, or emulated. */
 typedef enum { WARP_OFF, WARP_NV, WARP_EMULATED } warp_mode;
 
+/* The headers every warp kernel's program starts with, in order (a
+ * program's source is its files concatenated: warp_attn.h uses the other
+ * three). */
+#define WARP_KERNEL_HEADERS "common.h", "warp_mma.h", "warp_softmax.h", "warp_attn.h"
+
 /* The context's matrix path (clnsa_context_options.matrix_path, else
  * $CLNSA_MMA) applied to the device and a storage dtype; the op still checks
  * its shapes and alignment (the warp kernels take f16 / bf16, and f32 in

@@ -12,9 +12,8 @@
 #include <string.h>
 
 static const char *const bwd_files[] = {"common.h", "blocksparse.h", "blocksparse_bwd.cl", NULL};
-static const char *const bwd_warp_files[] = {"common.h",      "warp_mma.h", "warp_softmax.h", "warp_attn.h",
-                                             "blocksparse.h", "blocksparse_warp.h", "blocksparse_bwd_warp.cl",
-                                             NULL};
+static const char *const bwd_warp_files[] = {WARP_KERNEL_HEADERS, "blocksparse.h", "blocksparse_warp.h",
+                                             "blocksparse_bwd_warp.cl", NULL};
 
 typedef struct {
     bs_problem pb;

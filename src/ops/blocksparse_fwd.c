@@ -10,9 +10,8 @@
 #include <string.h>
 
 static const char *const fwd_files[] = {"common.h", "attn_tile.h", "blocksparse.h", "blocksparse_fwd.cl", NULL};
-static const char *const fwd_warp_files[] = {"common.h",      "warp_mma.h", "warp_softmax.h", "warp_attn.h",
-                                             "blocksparse.h", "blocksparse_warp.h", "blocksparse_fwd_warp.cl",
-                                             NULL};
+static const char *const fwd_warp_files[] = {WARP_KERNEL_HEADERS, "blocksparse.h", "blocksparse_warp.h",
+                                             "blocksparse_fwd_warp.cl", NULL};
 
 typedef struct {
     bs_problem pb;

@@ -24,7 +24,7 @@
 static const char *const dq_files[] = {"common.h", "nsa_ranges.h", "nsa_bwd_dq.cl", NULL};
 static const char *const dkdv_files[] = {"common.h", "nsa_ranges.h", "nsa_dkdv.h", "nsa_bwd_dkdv.cl", "nsa_dkdv_sum.cl",
                                          NULL};
-static const char *const dkdv_warp_files[] = {"common.h", "warp_mma.h", "warp_softmax.h", "warp_attn.h", "nsa_ranges.h", "nsa_dkdv.h",
+static const char *const dkdv_warp_files[] = {WARP_KERNEL_HEADERS, "nsa_ranges.h", "nsa_dkdv.h",
                                               "nsa_bwd_dkdv_warp.cl", "nsa_dkdv_sum.cl", NULL};
 static const char *const delta_files[] = {"common.h", "nsa_bwd_delta.cl", NULL};
 

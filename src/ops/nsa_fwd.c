@@ -9,15 +9,15 @@
 #include <string.h>
 
 static const char *const topk_files[] = {"common.h", "nsa_ranges.h", "nsa_topk.cl", NULL};
-static const char *const topk_warp_files[] = {"common.h",     "warp_mma.h", "warp_softmax.h", "warp_attn.h",
+static const char *const topk_warp_files[] = {WARP_KERNEL_HEADERS,
                                               "nsa_ranges.h", "nsa_topk_list.h", "nsa_topk_warp.h", "nsa_topk_warp.cl", NULL};
 const char *const nsa_fwd_files[] = {"common.h", "attn_tile.h", "nsa_ranges.h", "nsa_fwd.cl", NULL};
-static const char *const fwd_warp_files[] = {"common.h", "warp_mma.h", "warp_softmax.h", "warp_attn.h", "nsa_ranges.h", "nsa_fwd_warp.cl", NULL};
-static const char *const fused_fwd_warp_files[] = {"common.h",     "warp_mma.h", "warp_softmax.h", "warp_attn.h",
+static const char *const fwd_warp_files[] = {WARP_KERNEL_HEADERS, "nsa_ranges.h", "nsa_fwd_warp.cl", NULL};
+static const char *const fused_fwd_warp_files[] = {WARP_KERNEL_HEADERS,
                                                    "nsa_ranges.h", "nsa_topk_list.h", "nsa_topk_warp.h", "nsa_fwd_warp.cl", NULL};
-static const char *const cmp_topk_wgmma_files[] = {"common.h",     "warp_mma.h", "warp_softmax.h", "warpgroup_mma.h",
+static const char *const cmp_topk_wgmma_files[] = {"common.h",     "warp_mma.h",      "warp_softmax.h", "warpgroup_mma.h",
                                                    "nsa_ranges.h", "nsa_topk_list.h", "nsa_cmp_topk_wgmma.cl", NULL};
-static const char *const dq_warp_files[] = {"common.h", "warp_mma.h", "warp_softmax.h", "warp_attn.h", "nsa_ranges.h", "nsa_bwd_dq_warp.cl", NULL};
+static const char *const dq_warp_files[] = {WARP_KERNEL_HEADERS, "nsa_ranges.h", "nsa_bwd_dq_warp.cl", NULL};
 
 static size_t append(char *buf, size_t size, size_t n, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
 static size_t append(char *buf, size_t size, size_t n, const char *fmt, ...)

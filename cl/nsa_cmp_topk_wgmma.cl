@@ -12,13 +12,16 @@
  * and NCONS consumer warpgroups, and loops over tiles of TOKS = 4 * NCONS
  * consecutive tokens of one batch row and KV head, the heaviest (last)
  * tokens first.
- * - The producer's first two warps keep NSTK stages of KC compressed keys
- *   of K in flight with cp.async (K-major, wgmma's core matrices), its last
- *   two NSTV stages of V (MN-major). A stage's arrival is counted on its
- *   "full" mbarrier; consumers release it on its "empty" one. Eight lanes
- *   copy eight keys' 16-byte pieces of one core matrix (128 contiguous
- *   bytes), so a warp's copies meet no bank conflicts: 4.12 -> 3.94 ms for
- *   the compressed branch at 64k on the H200 against pieces along a row.
+ * - The producer keeps NSTK stages of KC compressed keys of K in flight
+ *   (K-major, wgmma's core matrices) and NSTV stages of V (MN-major), one
+ *   work-item each, a stage one bulk copy by the copy engine
+ *   (mbar_copy_bulk) from the image of the rings that nsa_cmp_tiles (the
+ *   program's other kernel) writes first: the compressed K/V of each chunk
+ *   rearranged, 16 KB a chunk. A stage's bytes complete its "full"
+ *   mbarrier; consumers release it on its "empty" one. Against cp.async
+ *   by two warps a ring (eight lanes copying eight keys' 16-byte pieces of
+ *   one core matrix, as nsa_cmp_tiles now does), the kernel went 6.15-6.19
+ *   -> 5.31-5.35 ms at 64k on the H200 (2026-11-30).
  * - A consumer warpgroup owns 4 tokens' 16 query heads (G = 16): 64 rows,
  *   warp w the rows of token 4 * (its index) + w, in mma.sync's fragments.
  *   Per chunk of KC keys: Q K^T (m64n32k16), the online softmax on each
@@ -31,10 +34,13 @@
  *   of the block that compressed key is: compressed and selection blocks
  *   are the same), merged 32 blocks at a time into the warp's list
  *   (nsa_topk_list.h).
- * - setmaxnreg: the producer drops to 32 registers, the consumers rise to
- *   152, under the program's cap of 128 (WG_MAXNREG). Without it ptxas
+ * - setmaxnreg: the producer drops to 24 registers, the consumers rise to
+ *   160, under the program's cap of 128 (WG_MAXNREG). Without it ptxas
  *   serialized two consumers' products (C7520): 5.86 ms against 4.23 with
  *   three consumers and the registers moved (bench/results/session30_*).
+ *   With the copy engine's stages the producer needs few: 24 / 160 took
+ *   the kernel from 5.32-5.35 to 5.27-5.30 ms at 64k against 32 / 152
+ *   (H200, 2026-11-30).
  *
  * Defines (besides common.h, warp_mma.h with MMA_NV 1, warp_softmax.h,
  * warpgroup_mma.h, nsa_ranges.h, nsa_topk_list.h): G 16, DK = DV = 128,
@@ -42,7 +48,8 @@
  * NSTV, INIT_BLOCKS, LOCAL_BLOCKS, HAS_COUNTS, FUSED_TOPK 1 (block_indices
  * written).
  * NDRange: (128 * (NCONS + 1) * work-groups, 1, 1), work-groups at most the
- * tiles (one a compute unit is the host's choice).
+ * tiles (one a compute unit is the host's choice); nsa_cmp_tiles: one
+ * work-item a 16-byte piece of the image (chunk_tile).
  */
 
 #if G != 16 || DK != 128 || DV != 128 || CMP_L != BS || CMP_D != BS || S > WARP || VARLEN || KC != 32
@@ -50,6 +57,7 @@
 #endif
 #define TOKS (4 * NCONS)
 #define WG_D 128 /* head dim */
+
 
 typedef struct {
     int b, tok0, h;
@@ -70,33 +78,46 @@ inline int visible_keys(int tok, int T, int nc_rows) { return tok < T ? cmp_visi
 /* The keys the tile's last token sees: the most of any of its tokens. */
 inline int tile_keys(cmp_tile t, int T, int nc_rows) { return visible_keys(min(t.tok0 + TOKS, T) - 1, T, nc_rows); }
 
-/* A producer side (pid: 0 .. 63): every tile's chunks of K (passes 2: the
- * branch, then the importance) or V (passes 1, MN-major) into its ring. */
-inline void produce(__local ushort *ring, int nst, __local ulong *full, __local ulong *empty, __global const store_t *src,
-                    idx_t off, idx4_t st, bool mn_major, int passes, int T, int B, int nc_rows, int ntiles, int pid)
+/* Where chunk c (of nch) of KV head h of batch row b starts in the
+ * image of the rings: its K stage, then its V stage, as the rings hold
+ * them. */
+inline idx_t chunk_tile(int b, int h, int c, int nch) { return (((idx_t)b * NH + h) * nch + c) * (2 * KC * WG_D); }
+
+/* The rings' image of the compressed K and V (chunk_tile): work-item j of
+ * a stage's KC * WG_D / 8 copies the 16-byte piece kp of key n's row, so
+ * that eight consecutive work-items fill one core matrix (128 contiguous
+ * bytes of a K stage); zeros past the keys. */
+__kernel void nsa_cmp_tiles(__global const store_t *kc, idx_t kc_off, idx4_t kc_st, __global const store_t *vc,
+                            idx_t vc_off, idx4_t vc_st, int nc_rows, int B, __global store_t *tiles, idx_t tiles_off)
 {
+    const int per = KC * WG_D / 8, nch = ceil_div(nc_rows, KC);
+    const int j = get_global_id(0) % per, kv = get_global_id(0) / per % 2, chunk = get_global_id(0) / (2 * per);
+    if (chunk >= B * NH * nch) return;
+    const int c = chunk % nch, h = chunk / nch % NH, b = chunk / (nch * NH);
+    const int n = j / WG_D * 8 + j % 8, kp = j / 8 % (WG_D / 8), key = c * KC + n;
+    const int at = kv ? kp * (KC * 8) + n / 8 * 64 + n % 8 * 8 : n / 8 * (WG_D * 8) + kp * 64 + n % 8 * 8;
+    __global const store_t *src = kv ? vc + at4(vc_off, vc_st, b, key, h, 8 * kp) : kc + at4(kc_off, kc_st, b, key, h, 8 * kp);
+    *(__global uint4 *)(tiles + tiles_off + chunk_tile(b, h, c, nch) + kv * (KC * WG_D) + at) =
+        key < nc_rows ? *(__global const uint4 *)src : (uint4)(0u);
+}
+
+/* A producer (one work-item): every tile's chunks of K (kv 0, passes 2:
+ * the branch, then the importance) or V (kv 1, passes 1) into its ring. */
+inline void produce(__local ushort *ring, int nst, __local ulong *full, __local ulong *empty,
+                    __global const store_t *tiles, int kv, int passes, int T, int B, int nc_rows, int ntiles)
+{
+    const int nch_all = ceil_div(nc_rows, KC);
     uint it = 0;
     for (int i = get_group_id(0); i < ntiles; i += get_num_groups(0)) {
         const cmp_tile tl = tile_at(i, T, B);
-        const int nkeys = tile_keys(tl, T, nc_rows), nch = ceil_div(nkeys, KC);
+        const int nch = ceil_div(tile_keys(tl, T, nc_rows), KC);
         for (int c = 0; c < nch * passes; ++c, ++it) {
-            const int c0 = c % nch * KC;
             const uint s = it % nst;
             mbar_wait(&empty[s], ((it / nst) & 1) ^ 1);
-            __local ushort *t = ring + s * (KC * WG_D);
-#pragma unroll
-            for (int j = pid; j < KC * WG_D / 8; j += 64) {
-                /* key n of the chunk, 16-byte piece kp of its row */
-                const int n = ((j >> 7) << 3) | (j & 7), kp = (j >> 3) & 15, key = c0 + n;
-                const bool ok = key < nkeys;
-                __local ushort *dst = mn_major ? t + kp * (KC * 8) + (n / 8) * 64 + (n % 8) * 8
-                                               : t + (n / 8) * 1024 + kp * 64 + (n % 8) * 8;
-                copy16_async(dst, src + at4(off, st, tl.b, ok ? key : 0, tl.h, kp * 8), ok, false);
-            }
-            mbar_arrive_copies(&full[s]);
+            mbar_copy_bulk(ring + s * (KC * WG_D), tiles + chunk_tile(tl.b, tl.h, c % nch, nch_all) + kv * (KC * WG_D),
+                           KC * WG_D * sizeof(store_t), &full[s]);
         }
     }
-    copy_async_wait();
 }
 
 /* Chunk it's scores s = Q K^T from K stage it % NSTK, which it waits for
@@ -105,8 +126,7 @@ inline void stage_scores(float *s, word_t (*qa)[4], __local ushort (*kt)[KC * WG
                          __local ulong *kempty, uint it)
 {
     const uint sk = it % NSTK;
-    mbar_wait(&kfull[sk], (it / NSTK) & 1);
-    wg_shared_fence();
+    mbar_wait(&kfull[sk], (it / NSTK) & 1); /* the copy engine's bytes: no proxy fence before wgmma */
 #pragma unroll
     for (int j = 0; j < KC / 2; ++j) s[j] = 0.0f;
     wg_fence();
@@ -119,45 +139,20 @@ inline void stage_scores(float *s, word_t (*qa)[4], __local ushort (*kt)[KC * WG
 }
 
 /* o += P V from V stage it % NSTV, which it waits for and then releases. */
-inline void stage_values(float (*oacc)[32], word_t (*pa)[4], __local ushort (*vt)[KC * WG_D], __local ulong *vfull,
+inline void stage_values(float *oacc, word_t (*pa)[4], __local ushort (*vt)[KC * WG_D], __local ulong *vfull,
                          __local ulong *vempty, uint it)
 {
     const uint sv = it % NSTV;
     mbar_wait(&vfull[sv], (it / NSTV) & 1);
-    wg_shared_fence();
     wg_fence();
 #pragma unroll
     for (int ks = 0; ks < KC / 16; ++ks)
 #pragma unroll
         for (int hh = 0; hh < 2; ++hh)
-            WGMMA_M64N64K16(MMA_AB, oacc[hh], pa[ks], wg_desc(vt[sv] + ks * 128 + hh * 64 * KC, 128, 16 * KC), 1, 1);
+            WGMMA_M64N64K16(MMA_AB, oacc + 32 * hh, pa[ks], wg_desc(vt[sv] + ks * 128 + hh * 64 * KC, 128, 16 * KC), 1, 1);
     wg_commit();
     wg_wait_all();
     mbar_arrive(&vempty[sv]);
-}
-
-/* Stores scale * the lane's part of a row (hr: gq or gq + 8) at p, 16
- * bytes a store. Word j of each half of D (columns 8 j + 2 t4, +1) goes
- * through a 4x4 transpose across the quad (quad_transpose), after which
- * lane t4 holds columns 32 jj + 8 t4 .. +7 of each 32; the whole warp
- * calls it. Against a 4-byte store a word, on the H200 at 64k (2026-11-30):
- * 6.50-6.69 -> 6.20 ms, and 7.14-7.25 -> 6.36 in the training forward,
- * which stores o_cmp too. */
-inline void store_out_row(__global store_t *p, float (*oacc)[32], int hr, float scale, int t4, __local uint *ws)
-{
-#pragma unroll
-    for (int hh = 0; hh < 2; ++hh)
-#pragma unroll
-        for (int jj = 0; jj < 2; ++jj) {
-            word_t x[4];
-#pragma unroll
-            for (int k = 0; k < 4; ++k) {
-                const float *c = &oacc[hh][4 * (4 * jj + k) + 2 * hr];
-                x[k] = pack_f32x2(scale * c[0], scale * c[1], ws);
-            }
-            quad_transpose(x, ws);
-            STORE_WORDS4((word4_t)(x[0], x[1], x[2], x[3]), 0, p + 64 * hh + 32 * jj + 8 * t4);
-        }
 }
 
 /* Lane i's block score of a round of blocks c0 + i (the top-k's rules:
@@ -230,6 +225,21 @@ inline void importance_pass(__local ushort (*kt)[KC * WG_D], __local ulong *kful
     }
 }
 
+/* Asks L1 for the warp's queries of its next tile (16 rows of 256 bytes,
+ * a line a lane), which it reads at that tile's start, when the three
+ * consumers all wait for theirs. On the H200 at 64k (2026-11-30): 5.32-5.35
+ * -> 5.29-5.30 ms, and 5.27 with the registers below. */
+inline void prefetch_next_queries(__global const store_t *q, idx_t q_off, idx4_t q_st, int i, int ntiles, int T, int B,
+                                  int cw, int w)
+{
+    const int next = i + get_num_groups(0), lane = lane_id();
+    if (next >= ntiles) return;
+    const cmp_tile tn = tile_at(next, T, B);
+    const int tok = min(tn.tok0 + 4 * cw + w, T - 1);
+    asm volatile("prefetch.global.L1 [%0];" ::"l"(q + at4(q_off, q_st, tn.b, tok, tn.h * G + lane / 2, lane % 2 * 64))
+                 : "memory");
+}
+
 /* A consumer warpgroup (cw of NCONS), warp w of it: its token of every
  * tile. Reading the next tile's queries during pass 2, when O's registers
  * are free, instead of at the tile's start lost: 6.20 -> 7.06-7.27 ms at
@@ -258,11 +268,10 @@ inline void consume(__local ushort (*kt)[KC * WG_D], __local ushort (*vt)[KC * W
             qa[s][2] = tok < T ? *(__global const word_t *)(q0 + 16 * s + 8) : 0;
             qa[s][3] = tok < T ? *(__global const word_t *)(q1 + 16 * s + 8) : 0;
         }
-        float oacc[2][32], m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f}, a[2];
+        prefetch_next_queries(q, q_off, q_st, i, ntiles, T, B, cw, w);
+        float oacc[WG_D / 2], m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f}, a[2]; /* O: mma's C layout */
 #pragma unroll
-        for (int hh = 0; hh < 2; ++hh)
-#pragma unroll
-            for (int j = 0; j < 32; ++j) oacc[hh][j] = 0.0f;
+        for (int j = 0; j < WG_D / 2; ++j) oacc[j] = 0.0f;
         for (int c0 = 0; c0 < nkeys; c0 += KC, ++itk, ++itv) {
             float s[KC / 2], mx[2];
             word_t pa[KC / 16][4];
@@ -270,9 +279,7 @@ inline void consume(__local ushort (*kt)[KC * WG_D], __local ushort (*vt)[KC * W
             warp_mask(s, sl2, nvis - c0, mx);
             if (warp_softmax(s, mx, m, l, a, ws)) {
 #pragma unroll
-                for (int hh = 0; hh < 2; ++hh)
-#pragma unroll
-                    for (int j = 0; j < 32; ++j) oacc[hh][j] *= a[(j >> 1) & 1];
+                for (int j = 0; j < WG_D / 2; ++j) oacc[j] *= a[(j >> 1) & 1];
             }
 #pragma unroll
             for (int ks = 0; ks < KC / 16; ++ks) p_afrag(s, ks, pa[ks], ws);
@@ -287,9 +294,9 @@ inline void consume(__local ushort (*kt)[KC * WG_D], __local ushort (*vt)[KC * W
             const int r = hq + 8 * hr;
             if (tok < T) {
                 const float f = l[hr] > 0.0f ? 1.0f / l[hr] : 0.0f;
-                store_out_row(o + at4(o_off, o_st, tl.b, tok, r, 0), oacc, hr,
-                              f * LOAD(g_cmp, at4(gc_off, gc_st, tl.b, tok, r, 0)), t4, ws);
-                if (o_cmp) store_out_row(o_cmp + at4(oc_off, oc_st, tl.b, tok, r, 0), oacc, hr, f, t4, ws);
+                store_acc_row(o + at4(o_off, o_st, tl.b, tok, r, 0), WG_D, oacc, hr,
+                              f * LOAD(g_cmp, at4(gc_off, gc_st, tl.b, tok, r, 0)), true, ws);
+                if (o_cmp) store_acc_row(o_cmp + at4(oc_off, oc_st, tl.b, tok, r, 0), WG_D, oacc, hr, f, true, ws);
                 if (lse_cmp && t4 == 0)
                     lse_cmp[at4(lc_off, lc_st, tl.b, tok, r, 0)] = l[hr] > 0.0f ? lse2[hr] / M_LOG2E_F : -INFINITY;
             }
@@ -303,35 +310,34 @@ inline void consume(__local ushort (*kt)[KC * WG_D], __local ushort (*vt)[KC * W
 }
 
 __kernel __attribute__((reqd_work_group_size(128 * (NCONS + 1), 1, 1))) void nsa_cmp_topk_wgmma(
-    NSA_QUERY_ARGS, NSA_FWD_OUT_ARGS, int B)
+    NSA_QUERY_ARGS, NSA_FWD_OUT_ARGS, int B, __global const store_t *tiles, idx_t tiles_off)
 {
     __local ushort kt[NSTK][KC * WG_D] __attribute__((aligned(128)));
     __local ushort vt[NSTV][KC * WG_D] __attribute__((aligned(128)));
     __local ulong kfull[NSTK], kempty[NSTK], vfull[NSTV], vempty[NSTV];
     __local uint ws[WARP_SCRATCH];
-    (void)k; (void)k_off; (void)k_st; (void)v; (void)v_off; (void)v_st; (void)g_slc; (void)gs_off; (void)gs_st;
+    (void)k; (void)k_off; (void)k_st; (void)v; (void)v_off; (void)v_st; (void)kc; (void)kc_off; (void)kc_st; (void)vc;
+    (void)vc_off; (void)vc_st; (void)g_slc; (void)gs_off; (void)gs_st;
     (void)g_swa; (void)gw_off; (void)gw_st; (void)cu; (void)cu0; (void)nseq; (void)cmp_off; (void)cmp_off0;
     (void)lse_slc; (void)ls_off; (void)ls_st; (void)lse_swa; (void)lw_off; (void)lw_st; (void)o_slc; (void)os_off;
     (void)os_st; (void)o_swa; (void)ow_off; (void)ow_st;
     const int lid = get_local_id(0), wgi = lid / 128;
     const int ntiles = ceil_div(T, TOKS) * NH * B;
     if (lid < NSTK) {
-        mbar_init(&kfull[lid], 64);
+        mbar_init(&kfull[lid], 1);
         mbar_init(&kempty[lid], 128 * NCONS);
     }
     if (lid >= 32 && lid < 32 + NSTV) {
-        mbar_init(&vfull[lid - 32], 64);
+        mbar_init(&vfull[lid - 32], 1);
         mbar_init(&vempty[lid - 32], 128 * NCONS);
     }
     barrier(CLK_LOCAL_MEM_FENCE);
     if (wgi == 0) {
-        WG_REGS_DEC(32);
-        if (lid < 64)
-            produce(&kt[0][0], NSTK, kfull, kempty, kc, kc_off, kc_st, false, 2, T, B, nc_rows, ntiles, lid);
-        else
-            produce(&vt[0][0], NSTV, vfull, vempty, vc, vc_off, vc_st, true, 1, T, B, nc_rows, ntiles, lid - 64);
+        WG_REGS_DEC(24);
+        if (lid == 0) produce(&kt[0][0], NSTK, kfull, kempty, tiles + tiles_off, 0, 2, T, B, nc_rows, ntiles);
+        if (lid == 32) produce(&vt[0][0], NSTV, vfull, vempty, tiles + tiles_off, 1, 1, T, B, nc_rows, ntiles);
     } else {
-        WG_REGS_INC(152);
+        WG_REGS_INC(160);
         consume(kt, vt, kfull, kempty, vfull, vempty, q, q_off, q_st, g_cmp, gc_off, gc_st, o, o_off, o_st, lse_cmp,
                 lc_off, lc_st, o_cmp, oc_off, oc_st, bidx, bi_off, bi_st, bcnt, bc_off, bc_st, nc_rows, T, B, scale,
                 ntiles, wgi - 1, (lid / 32) % 4, ws);

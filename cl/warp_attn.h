@@ -360,28 +360,19 @@ inline void store_row(__global store_t *row, int dim, const float *c, int hr, fl
 
 #if ACC_TRANS
 /* store_row for the ACC_TRANS layout, where `on` (every lane calls it):
- * word 4j + k of a lane lies at column 32j + 8k + 2t, so a 4x4 transpose of
- * words across the quad gives lane t columns 32j + 8t .. 32j + 8t + 7, one
- * wide store where store_row makes four of 4 bytes (on an H200 at 64k the
- * NSA forward that runs the top-k went 25.67 -> 25.22 ms, dq 11.98 ->
- * 11.77). A separate function: in the kernels built without ACC_TRANS a
- * store_row taking the flag changed ptxas's registers (the selected
- * forward given indices 168 -> 176, 15.5 -> 18.2 ms). */
+ * warp_mma.h's store_acc_row, one 16-byte store where store_row makes four
+ * of 4 bytes (on an H200 at 64k the NSA forward that runs the top-k went
+ * 25.67 -> 25.22 ms, dq 11.98 -> 11.77). A separate function: in the
+ * kernels built without ACC_TRANS a store_row taking the flag changed
+ * ptxas's registers (the selected forward given indices 168 -> 176, 15.5
+ * -> 18.2 ms). */
 inline void store_row_wide(__global store_t *row, int dim, const float *c, int hr, float scale, bool on, __local uint *ws)
 {
-    const int n = dim / 8, t = lane_id() & 3; /* words */
-    if (n % 4) {
+    if (dim % 32) {
         if (on) store_row(row, dim, c, hr, scale, ws);
         return;
     }
-#pragma unroll
-    for (int j = 0; j < n / 4; ++j) {
-        word_t x[4];
-#pragma unroll
-        for (int k = 0; k < 4; ++k) x[k] = row_word(c, dim, hr, 4 * j + k, scale, ws);
-        quad_transpose(x, ws);
-        if (on) STORE_WORDS4((word4_t)(x[0], x[1], x[2], x[3]), 0, row + 32 * j + 8 * t);
-    }
+    store_acc_row(row, dim, c, hr, scale, on, ws);
 }
 #endif
 

@@ -433,6 +433,29 @@ inline void quad_transpose(word_t *x, __local uint *ws)
     }
 }
 
+/* Stores scale * row hr (0: gq, 1: gq + 8) of an accumulator c in mma's
+ * C layout (c[4j + 2hr + e] holds column 8j + 2t + e, t the lane's place in
+ * its quad) at row, dim columns (a multiple of 32), 16 bytes a store where
+ * `on` (every lane calls it): word 4j + k lies at column 32j + 8k + 2t, so
+ * a transpose of words across the quad (quad_transpose) gives lane t the
+ * columns 32j + 8t .. + 7. The warp kernels (warp_attn.h's store_row_wide)
+ * and the wgmma kernel (nsa_cmp_topk_wgmma.cl) store through it. */
+inline void store_acc_row(__global store_t *row, int dim, const float *c, int hr, float scale, bool on, __local uint *ws)
+{
+    const int t = lane_id() & 3;
+#pragma unroll
+    for (int j = 0; j < dim / 32; ++j) {
+        word_t x[4];
+#pragma unroll
+        for (int k = 0; k < 4; ++k) {
+            const float *v = c + 16 * j + 4 * k + 2 * hr;
+            x[k] = pack_f32x2(scale * v[0], scale * v[1], ws);
+        }
+        quad_transpose(x, ws);
+        if (on) STORE_WORDS4((word4_t)(x[0], x[1], x[2], x[3]), 0, row + 32 * j + 8 * t);
+    }
+}
+
 /* Whether a lane below this one, of lanes 0 .. n-1 (n <= WARP), holds
  * the same key: n shuffles. */
 inline bool lower_lane_holds(uint key, int n, __local uint *ws)

@@ -285,19 +285,52 @@ static void profile_once(const cli_env *env, method_call *c, int pass, cl_mem ws
     printf("\n");
 }
 
+/* Runs `np` passes in turn, repeat times after two warm-ups (one a set:
+ * the first builds the programs, and each set's first use pays for moving
+ * its buffers to the device, which NVIDIA's driver does lazily: 0.24 s at
+ * 64k on an H200, and with one warm-up a median of two took that run),
+ * each pass timed apart: ms[i][it]. Returns the runs completed. */
+static int timed_runs(const cli_env *env, const bench_opts *o, int T, clnsa_dtype dt, int m, const input_set sets[2],
+                      const output_set *os, method_call *c, const int *passes, int np, cl_mem ws, size_t bytes,
+                      double (*ms)[64])
+{
+    for (int it = -2; it < o->repeat; ++it)
+        for (int i = 0; i < np; ++i) {
+            cli_timer t;
+            cl_event done = NULL;
+            if (cli_timer_begin(env, &t)) return it;
+            const clnsa_status st = enqueue_chain(env, o, T, dt, m, sets, os, c, passes[i], it, ws, bytes, t.marker, &done);
+            if (st != CLNSA_SUCCESS) {
+                cli_timer_end(&t, NULL);
+                if (done) clReleaseEvent(done);
+                cli_report(env, method_names[m], st);
+                return it;
+            }
+            const double x = cli_timer_end(&t, done) / o->chain;
+            clReleaseEvent(done);
+            if (x < 0) return it;
+            if (it >= 0) ms[i][it] = x;
+        }
+    return o->repeat;
+}
+
 /* Median forward and backward ms of one method at one T, and the range of
  * the forward's and the training step's runs; -1 where not asked
- * or failed. Each run times the inference forward, then (with the backward)
- * the training forward, which also saves the NSA branch outputs unless
- * --recompute, and the backward that reads them: bwd_ms is the training
- * step's median less the forward's, so that fwd + bwd is the training step.
- * The dense method's forward saves all its backward needs: no second one. */
+ * or failed. The inference forward's runs come first, back to back, as
+ * bench/sdpa.py times SDPA's (timed after a backward, as this loop once
+ * did, the 64k NSA forward read 0.3-0.9 ms slower on the H200); then the
+ * training steps (with the backward): the training forward, which also
+ * saves the NSA branch outputs unless --recompute, and the backward that
+ * reads them, each run of the step its sum. bwd_ms is the step's median
+ * less the forward's, so that fwd + bwd is the training step. The dense
+ * method's forward saves all its backward needs: its step is the forward
+ * and the backward. */
 static void time_method(const cli_env *env, const bench_opts *o, int T, clnsa_dtype dt, int m, const input_set sets[2],
                         const output_set *os, double *fwd_ms, double *bwd_ms, double fwd_range[2],
                         double step_range[2])
 {
     const bool bwd = !o->no_bwd;
-    double ms[P_COUNT][64];
+    double fwd[1][64], train[2][64];
     *fwd_ms = *bwd_ms = -1;
     method_call c;
     describe(o, T, dt, m, &sets[0], os, &c);
@@ -308,42 +341,20 @@ static void time_method(const cli_env *env, const bench_opts *o, int T, clnsa_dt
     }
     cl_mem ws = cli_buffer(env, bytes, NULL);
     if (!ws) return;
-    int runs = 0;
-    /* Two warm-ups, one a set: the first builds the programs, and each set's
-     * first use pays for moving its buffers to the device, which NVIDIA's
-     * driver does lazily (0.24 s at 64k on an H200: with one warm-up, the
-     * first timed run paid it, and a median of two took that run). */
-    for (int it = -2; it < o->repeat; ++it) {
-        for (int pass = 0; pass < (bwd ? P_COUNT : 1); ++pass) {
-            if (pass == P_TRAIN_FWD && c.dense) continue;
-            cli_timer t;
-            cl_event done = NULL;
-            if (cli_timer_begin(env, &t)) goto out;
-            const clnsa_status st = enqueue_chain(env, o, T, dt, m, sets, os, &c, pass, it, ws, bytes, t.marker, &done);
-            if (st != CLNSA_SUCCESS) {
-                cli_timer_end(&t, NULL);
-                if (done) clReleaseEvent(done);
-                cli_report(env, method_names[m], st);
-                goto out;
-            }
-            const double x = cli_timer_end(&t, done) / o->chain;
-            clReleaseEvent(done);
-            if (x < 0) goto out;
-            if (it >= 0) ms[pass][it] = x;
-        }
-        runs = it + 1;
-    }
-    if (o->profile && runs == o->repeat)
+    const int fwd_pass[1] = {P_FWD}, step_passes[2] = {c.dense ? P_FWD : P_TRAIN_FWD, P_BWD};
+    bool ok = timed_runs(env, o, T, dt, m, sets, os, &c, fwd_pass, 1, ws, bytes, fwd) == o->repeat;
+    if (ok && bwd) ok = timed_runs(env, o, T, dt, m, sets, os, &c, step_passes, 2, ws, bytes, train) == o->repeat;
+    if (ok && o->profile)
         for (int pass = 0; pass < (bwd ? P_COUNT : 1); ++pass)
             if (pass != P_TRAIN_FWD || !c.dense) profile_once(env, &c, pass, ws, bytes, method_names[m], T);
-out:
     clReleaseMemObject(ws);
-    if (runs < o->repeat) return;
-    double step[64]; /* the training step of each run (before the forward's times are sorted) */
-    for (int i = 0; bwd && i < runs; ++i) step[i] = ms[c.dense ? P_FWD : P_TRAIN_FWD][i] + ms[P_BWD][i];
+    if (!ok) return;
+    const int runs = o->repeat;
+    double step[64]; /* the training step of each run */
+    for (int i = 0; bwd && i < runs; ++i) step[i] = train[0][i] + train[1][i];
     /* cli_median sorts: the extremes are then the first and last */
-    *fwd_ms = cli_median(ms[P_FWD], (size_t)runs);
-    fwd_range[0] = ms[P_FWD][0], fwd_range[1] = ms[P_FWD][runs - 1];
+    *fwd_ms = cli_median(fwd[0], (size_t)runs);
+    fwd_range[0] = fwd[0][0], fwd_range[1] = fwd[0][runs - 1];
     if (bwd) {
         *bwd_ms = cli_median(step, (size_t)runs) - *fwd_ms;
         step_range[0] = step[0], step_range[1] = step[runs - 1];

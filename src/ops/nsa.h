@@ -64,6 +64,7 @@ typedef struct {
     size_t cmp_off;    /* int32 [N+1], varlen only */
     size_t kc, vc;     /* compressed K/V in the storage dtype, unless given */
     size_t xg, w32, y; /* linear compression: gathered blocks, f32 weights, f32 result */
+    size_t cmp_tiles;  /* nsa_cmp_topk_wgmma.cl's image of the compressed K/V (nsa_cmp_tiles_bytes) */
     size_t total;
 } nsa_workspace;
 
@@ -81,6 +82,11 @@ static inline tune_problem nsa_tune_problem(const nsa_problem *pb)
  * (nsa_problem's cmp_tile); CLNSA_CMP_TILE=0 keeps each warp reading its
  * own rows (for comparisons). */
 static inline bool nsa_cmp_tile_on(void) { return cx_env_int("CLNSA_CMP_TILE", 1) != 0; }
+
+/* Bytes of the image of the compressed K/V that nsa_cmp_topk_wgmma.cl's
+ * rings copy from, where the forward may run that kernel (its device and
+ * shapes); else 0. */
+size_t nsa_cmp_tiles_bytes(const clnsa_context *ctx, const nsa_problem *pb);
 
 /* saved: `out` is what the forward saved, read by the backward. */
 clnsa_status nsa_validate(clnsa_context *ctx, const clnsa_nsa_config *cfg, const clnsa_nsa_inputs *in,

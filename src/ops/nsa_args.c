@@ -291,6 +291,8 @@ clnsa_status nsa_plan_workspace(clnsa_context *ctx, cl_command_queue queue, cons
             ws->y = take(&cur, rows * pb->H * dmax * sizeof(float));
         }
     }
+    const size_t tiles = nsa_cmp_tiles_bytes(ctx, pb);
+    if (tiles) ws->cmp_tiles = take(&cur, tiles);
     ws->total = cur ? round_up(cur, 256) : 0;
     return CLNSA_SUCCESS;
 }

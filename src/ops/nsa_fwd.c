@@ -267,27 +267,44 @@ static clnsa_status plan_attn(clnsa_context *ctx, op_plan *p, const nsa_problem 
  * into o), the top-k, then the forward given the selection, which adds
  * its branches to o (ADD_PARTIAL). On Hopper the first two are one
  * warpgroup kernel (nsa_cmp_topk_wgmma.cl). At the anchor's shape on the
- * H200 (2026-11-30, window 0) the split forward took 4.23 / 9.22 / 21.31 ms
- * at T 16k / 32k / 64k against the fused warp kernel's 3.97 / 9.36 / 24.26:
- * its kernel takes the compressed branch and the top-k in 6.75 ms at 64k,
- * but loses the overlap of the selected branch with them that the fused
- * kernel has, which wins at short T. Elsewhere the split runs the warp
- * kernels, only when CLNSA_SPLIT_FWD=1 asks (tests, comparisons), which
- * also forces it at any T; CLNSA_SPLIT_FWD=0 turns it off. */
+ * H200 (2026-11-30, window 0, forward-only runs) the split took 1.85 /
+ * 3.90 / 19.2 ms at T 8k / 16k / 64k against the fused warp kernel's 1.79
+ * / 3.97 / 24.3: its kernel takes the compressed branch and the top-k in
+ * 5.3 ms at 64k, but loses the overlap of the selected branch with them
+ * that the fused kernel has, which wins at 8k. Elsewhere the split runs
+ * the warp kernels, only when CLNSA_SPLIT_FWD=1 asks (tests, comparisons),
+ * which also forces it at any T; CLNSA_SPLIT_FWD=0 turns it off. */
 typedef enum { SPLIT_NONE, SPLIT_WARP, SPLIT_WGMMA } split_mode;
-#define SPLIT_MIN_T 32768
+#define SPLIT_MIN_T 16384
 
-/* Whether nsa_cmp_topk_wgmma.cl takes the call: the shapes it is written
- * for (its #error line) and rows it reads and writes in aligned pieces
- * (cp.async's 16 bytes, the fragments' words). */
+/* The shapes nsa_cmp_topk_wgmma.cl is written for (its #error line), on a
+ * device that runs it, in a forward that runs the compressed branch and
+ * the top-k. */
+static bool cmp_topk_wgmma_shape(const clnsa_context *ctx, const nsa_problem *pb)
+{
+    const clnsa_nsa_config *c = &pb->cfg;
+    return pb->has_cmp && pb->run_topk && device_wgmma(ctx) && pb->warp == WARP_NV && pb->dtype != CLNSA_DTYPE_F32 &&
+           pb->G == 16 && pb->DK == 128 && pb->DV == 128 && pb->S <= 32 && !pb->varlen && c->cmp_block == c->block_size &&
+           c->cmp_stride == c->block_size;
+}
+
+/* Its stages: WGMMA_KC compressed keys of 128 dims, a K and a V stage a
+ * chunk in the image (nsa_cmp_topk_wgmma.cl's chunk_tile). */
+#define WGMMA_KC 32
+size_t nsa_cmp_tiles_bytes(const clnsa_context *ctx, const nsa_problem *pb)
+{
+    if (!cmp_topk_wgmma_shape(ctx, pb)) return 0;
+    const size_t chunks = (size_t)pb->B * (size_t)pb->H * (size_t)((pb->nc_rows + WGMMA_KC - 1) / WGMMA_KC);
+    return chunks * 2 * WGMMA_KC * 128 * nsa_elem_bytes(pb);
+}
+
+/* Whether nsa_cmp_topk_wgmma.cl takes the call: its shapes, and rows it
+ * reads and writes in aligned pieces (16 bytes, the fragments' words). */
 static bool cmp_topk_wgmma_fits(const clnsa_context *ctx, const nsa_problem *pb, const clnsa_nsa_inputs *in,
                                 const clnsa_nsa_outputs *out, const clnsa_tensor *kc, const clnsa_tensor *vc)
 {
-    const clnsa_nsa_config *c = &pb->cfg;
     const clnsa_tensor *rows[] = {&in->q, kc, vc, &out->o, &out->o_cmp};
-    if (!device_wgmma(ctx) || pb->warp != WARP_NV || pb->dtype == CLNSA_DTYPE_F32 || pb->G != 16 || pb->DK != 128 ||
-        pb->DV != 128 || pb->S > 32 || pb->varlen || c->cmp_block != c->block_size || c->cmp_stride != c->block_size)
-        return false;
+    if (!cmp_topk_wgmma_shape(ctx, pb)) return false;
     for (size_t i = 0; i < sizeof rows / sizeof rows[0]; ++i)
         if (!tensor_rows_aligned(rows[i])) return false;
     return true;
@@ -306,8 +323,10 @@ static split_mode choose_split(const clnsa_context *ctx, const nsa_problem *pb, 
     return wgmma && pb->T >= SPLIT_MIN_T && pb->dtype == CLNSA_DTYPE_BF16 ? SPLIT_WGMMA : SPLIT_NONE;
 }
 
-/* nsa_cmp_topk_wgmma.cl: a persistent grid of a work-group a compute unit
- * (one producer and three consumer warpgroups, stages of 32 keys). */
+/* nsa_cmp_topk_wgmma.cl: nsa_cmp_tiles writes the image of the compressed
+ * K/V into the workspace, then a persistent grid of a work-group a compute
+ * unit (one producer and three consumer warpgroups, stages of 32 keys)
+ * copies its stages from it. */
 static clnsa_status plan_cmp_topk_wgmma(clnsa_context *ctx, op_plan *p, const nsa_problem *pb,
                                         const clnsa_nsa_inputs *in, const clnsa_nsa_outputs *out,
                                         const clnsa_tensor *kc, const clnsa_tensor *vc, cl_mem ws,
@@ -317,21 +336,33 @@ static clnsa_status plan_cmp_topk_wgmma(clnsa_context *ctx, op_plan *p, const ns
     char defines[2048];
     nsa_branch_defines(pb, in, defines, sizeof defines);
     append(defines, sizeof defines, strlen(defines),
-           "#define MMA_NV 1\n#define WGMMA_NV 1\n#define WG_MAXNREG 128\n#define NH %d\n#define NCONS %d\n#define KC 32\n"
+           "#define MMA_NV 1\n#define WGMMA_NV 1\n#define WG_MAXNREG 128\n#define NH %d\n#define NCONS %d\n#define KC %d\n"
            "#define NSTK 3\n#define NSTV 2\n#define FUSED_TOPK 1\n",
-           pb->H, NCONS);
+           pb->H, NCONS, WGMMA_KC);
     const size_t tiles = (size_t)((pb->T + 4 * NCONS - 1) / (4 * NCONS)) * (size_t)pb->H * (size_t)pb->B;
+    const size_t pieces = nsa_cmp_tiles_bytes(ctx, pb) / 16, tiles_at = lay->cmp_tiles / nsa_elem_bytes(pb);
     size_t groups = ctx->info.compute_units ? ctx->info.compute_units : 1;
     if (groups > tiles) groups = tiles;
     cl_program prog;
     kargs a;
     clnsa_status st = program_get(ctx, cmp_topk_wgmma_files, defines, &prog);
+    if (st == CLNSA_SUCCESS) st = plan_add_kernel(ctx, p, prog, "nsa_cmp_tiles", (size_t[3]){pieces, 1, 1}, 256, &a, pb->idx_long);
+    if (st != CLNSA_SUCCESS) return st;
+    ka_tensor(&a, kc);
+    ka_tensor(&a, vc);
+    ka_int(&a, pb->nc_rows);
+    ka_int(&a, pb->B);
+    ka_mem(&a, ws);
+    ka_idx(&a, (int64_t)tiles_at);
+    st = plan_args_done(ctx, &a, "nsa_cmp_tiles arguments");
     if (st == CLNSA_SUCCESS)
         st = plan_add_kernel(ctx, p, prog, "nsa_cmp_topk_wgmma", (size_t[3]){WG * groups, 1, 1}, WG, &a, pb->idx_long);
     if (st != CLNSA_SUCCESS) return st;
     query_args(&a, pb, in, kc, vc, &out->block_indices, ws, lay);
     fwd_out_args(&a, pb, out);
     ka_int(&a, pb->B);
+    ka_mem(&a, ws);
+    ka_idx(&a, (int64_t)tiles_at);
     return plan_args_done(ctx, &a, "nsa_cmp_topk_wgmma arguments");
 }
 

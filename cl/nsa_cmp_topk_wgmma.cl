@@ -20,7 +20,7 @@
  *   rearranged, 16 KB a chunk. A stage's bytes complete its "full"
  *   mbarrier; consumers release it on its "empty" one. Against cp.async
  *   by two warps a ring (eight lanes copying eight keys' 16-byte pieces of
- *   one core matrix, as nsa_cmp_tiles now does), the kernel went 6.15-6.19
+ *   one core matrix, as nsa_cmp_tiles now does), the kernel went 6.15-6.20
  *   -> 5.31-5.35 ms at 64k on the H200 (2026-11-30).
  * - A consumer warpgroup owns 4 tokens' 16 query heads (G = 16): 64 rows,
  *   warp w the rows of token 4 * (its index) + w, in mma.sync's fragments.
@@ -57,7 +57,6 @@
 #endif
 #define TOKS (4 * NCONS)
 #define WG_D 128 /* head dim */
-
 
 typedef struct {
     int b, tok0, h;

@@ -130,7 +130,7 @@ inline void mbar_arrive_copies(__local ulong *b)
  * from src to dst (both 16-byte aligned, bytes a multiple of 16) with the
  * copy engine (cp.async.bulk, sm_90), whose arrival completes them: one
  * work-item fills a whole stage. Against 64 work-items' cp.async of 16
- * bytes each, the kernel of nsa_cmp_topk_wgmma.cl went 6.15-6.19 -> 5.31-5.35 ms
+ * bytes each, the kernel of nsa_cmp_topk_wgmma.cl went 6.15-6.20 -> 5.31-5.35 ms
  * at 64k on the H200 (2026-11-30). */
 inline void mbar_copy_bulk(__local void *dst, __global const void *src, uint bytes, __local ulong *b)
 {

@@ -336,7 +336,12 @@ typedef struct clnsa_nsa_outputs {
  * function of the shapes: 4*(N+2) bytes of sequence offsets plus, unless the
  * compressed tensors are given, 4*NCmax*H*(DK+DV) bytes of compressed keys and
  * values (NCmax = B*ceil(T/d), or ceil(T/d) + N with varlen), plus for linear
- * compression the gathered blocks, the f32 weights and CLBlast's scratch. */
+ * compression the gathered blocks, the f32 weights and CLBlast's scratch,
+ * plus, on a device and at shapes where the forward may run the compressed
+ * branch and top-k on Hopper's warpgroup products (README, "Devices and
+ * dtypes"), an image of the compressed keys and values for that kernel's
+ * copies: B*H*ceil(NC/32)*16384 bytes for 2-byte storage, NC the compressed
+ * rows of a batch row. */
 CLNSA_API clnsa_status clnsa_nsa_forward_workspace_size(clnsa_context *ctx, cl_command_queue queue,
                                                         const clnsa_nsa_config *config,
                                                         const clnsa_nsa_inputs *in,

@@ -93,9 +93,10 @@ __kernel void nsa_cmp_tiles(__global const store_t *kc, idx_t kc_off, idx4_t kc_
     const int j = get_global_id(0) % per, kv = get_global_id(0) / per % 2, chunk = get_global_id(0) / (2 * per);
     if (chunk >= B * NH * nch) return;
     const int c = chunk % nch, h = chunk / nch % NH, b = chunk / (nch * NH);
-    const int n = j / WG_D * 8 + j % 8, kp = j / 8 % (WG_D / 8), key = c * KC + n;
+    const int n = j / WG_D * 8 + j % 8, kp = j / 8 % (WG_D / 8), key = c * KC + n, row = min(key, nc_rows - 1);
     const int at = kv ? kp * (KC * 8) + n / 8 * 64 + n % 8 * 8 : n / 8 * (WG_D * 8) + kp * 64 + n % 8 * 8;
-    __global const store_t *src = kv ? vc + at4(vc_off, vc_st, b, key, h, 8 * kp) : kc + at4(kc_off, kc_st, b, key, h, 8 * kp);
+    __global const store_t *src =
+        kv ? vc + at4(vc_off, vc_st, b, row, h, 8 * kp) : kc + at4(kc_off, kc_st, b, row, h, 8 * kp);
     *(__global uint4 *)(tiles + tiles_off + chunk_tile(b, h, c, nch) + kv * (KC * WG_D) + at) =
         key < nc_rows ? *(__global const uint4 *)src : (uint4)(0u);
 }

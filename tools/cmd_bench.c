@@ -317,14 +317,13 @@ static int timed_runs(const cli_env *env, const bench_opts *o, int T, clnsa_dtyp
 /* Median forward and backward ms of one method at one T, and the range of
  * the forward's and the training step's runs; -1 where not asked
  * or failed. The inference forward's runs come first, back to back, as
- * bench/sdpa.py times SDPA's (timed after a backward, as this loop once
- * did, the 64k NSA forward read 0.3-0.9 ms slower on the H200); then the
- * training steps (with the backward): the training forward, which also
- * saves the NSA branch outputs unless --recompute, and the backward that
- * reads them, each run of the step its sum. bwd_ms is the step's median
- * less the forward's, so that fwd + bwd is the training step. The dense
- * method's forward saves all its backward needs: its step is the forward
- * and the backward. */
+ * bench/sdpa.py times SDPA's, so that both forwards are timed alike (each
+ * used to follow a backward here); then the training steps (with the
+ * backward): the training forward, which also saves the NSA branch outputs
+ * unless --recompute, and the backward that reads them, each run of the
+ * step its sum. bwd_ms is the step's median less the forward's, so that
+ * fwd + bwd is the training step. The dense method's forward saves all its
+ * backward needs: its step is the forward and the backward. */
 static void time_method(const cli_env *env, const bench_opts *o, int T, clnsa_dtype dt, int m, const input_set sets[2],
                         const output_set *os, double *fwd_ms, double *bwd_ms, double fwd_range[2],
                         double step_range[2])

@@ -91,7 +91,9 @@ size_t nsa_cmp_tiles_bytes(const clnsa_context *ctx, const nsa_problem *pb);
 /* saved: `out` is what the forward saved, read by the backward. */
 clnsa_status nsa_validate(clnsa_context *ctx, const clnsa_nsa_config *cfg, const clnsa_nsa_inputs *in,
                           const clnsa_nsa_outputs *out, bool saved, nsa_problem *pb);
-clnsa_status nsa_plan_workspace(clnsa_context *ctx, cl_command_queue queue, const nsa_problem *pb,
+/* forward: the layout of the forward itself, which also holds the regions
+ * only the forward reads (cmp_tiles); else the regions the backward shares. */
+clnsa_status nsa_plan_workspace(clnsa_context *ctx, cl_command_queue queue, const nsa_problem *pb, bool forward,
                                 nsa_workspace *ws);
 /* "-DSTORAGE=.. -DIDX_LONG=.. -DVARLEN=.." for this problem. */
 void nsa_base_defines(const nsa_problem *pb, char *buf, size_t size);

@@ -261,7 +261,8 @@ static size_t take(size_t *cursor, size_t bytes)
     return at;
 }
 
-clnsa_status nsa_plan_workspace(clnsa_context *ctx, cl_command_queue queue, const nsa_problem *pb, nsa_workspace *ws)
+clnsa_status nsa_plan_workspace(clnsa_context *ctx, cl_command_queue queue, const nsa_problem *pb, bool forward,
+                                nsa_workspace *ws)
 {
     memset(ws, 0, sizeof *ws);
     size_t cur = 0;
@@ -291,7 +292,7 @@ clnsa_status nsa_plan_workspace(clnsa_context *ctx, cl_command_queue queue, cons
             ws->y = take(&cur, rows * pb->H * dmax * sizeof(float));
         }
     }
-    const size_t tiles = nsa_cmp_tiles_bytes(ctx, pb);
+    const size_t tiles = forward ? nsa_cmp_tiles_bytes(ctx, pb) : 0;
     if (tiles) ws->cmp_tiles = take(&cur, tiles);
     ws->total = cur ? round_up(cur, 256) : 0;
     return CLNSA_SUCCESS;

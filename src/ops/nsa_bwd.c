@@ -233,7 +233,7 @@ static clnsa_status plan_bwd_workspace(clnsa_context *ctx, cl_command_queue queu
     memset(w, 0, sizeof *w);
     size_t scratch;
     CHECK(gemm_scratch(ctx, queue, pb, &scratch));
-    CHECK(nsa_plan_workspace(ctx, queue, pb, &w->fwd));
+    CHECK(nsa_plan_workspace(ctx, queue, pb, false, &w->fwd));
     /* CLBlast's scratch sits at offset 0 (it takes the buffer alone): grow
      * the forward's region there if the backward's GEMMs need more. */
     size_t shift = 0;

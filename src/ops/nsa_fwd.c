@@ -408,7 +408,7 @@ clnsa_status clnsa_nsa_forward_workspace_size(clnsa_context *ctx, cl_command_que
     nsa_problem pb;
     nsa_workspace lay;
     clnsa_status st = nsa_validate(ctx, config, in, out, false, &pb);
-    if (st == CLNSA_SUCCESS) st = nsa_plan_workspace(ctx, queue, &pb, &lay);
+    if (st == CLNSA_SUCCESS) st = nsa_plan_workspace(ctx, queue, &pb, true, &lay);
     *bytes = st == CLNSA_SUCCESS ? lay.total : 0;
     return st;
 }
@@ -422,7 +422,7 @@ clnsa_status clnsa_nsa_forward(clnsa_context *ctx, cl_command_queue queue, const
     nsa_problem pb;
     nsa_workspace lay;
     clnsa_status st = nsa_validate(ctx, config, in, out, false, &pb);
-    if (st == CLNSA_SUCCESS) st = nsa_plan_workspace(ctx, queue, &pb, &lay);
+    if (st == CLNSA_SUCCESS) st = nsa_plan_workspace(ctx, queue, &pb, true, &lay);
     if (st == CLNSA_SUCCESS) st = nsa_check_workspace(ctx, &lay, workspace, workspace_bytes);
     if (st != CLNSA_SUCCESS) return st;
 

@@ -3,8 +3,10 @@
 # checks and times in one command. Stages (STAGES, default all, in order):
 #   tests    the device tests on NVIDIA's OpenCL: test_warp (the tensor-core
 #            path against the reference, every kernel and dtype it has),
-#            test_warpgroup (wgmma through the sm_90a path, on an H100/H200) and
-#            the suites whose bf16 / f16 cases now take that path; test_golden
+#            test_warpgroup (wgmma through the sm_90a path, on an H100/H200),
+#            test_split_fwd (the split forward, with its wgmma kernels on such
+#            a device) and the suites whose bf16 / f16 cases now take that
+#            path; test_golden
 #            needs the golden cases carried: after ../shared/gpu/stage.sh,
 #            mkdir -p .gpu/golden && cp ../shared/golden/*.tar.gz .gpu/golden/
 #   ptx      the warp kernels' PTX (the program binaries NVIDIA's OpenCL
@@ -57,7 +59,7 @@ if on tests; then
         mkdir -p "$golden" && for f in .gpu/golden/*.tar.gz; do tar -xzf "$f" -C "$golden"; done
     fi
     [ -d "$golden" ] && export CLNSA_GOLDEN_DIR=$golden # else test_golden skips
-    for t in ${TESTS:-test_warp test_warpgroup test_blocksparse test_nsa_fwd test_nsa_bwd test_golden test_api test_guard test_robust test_faults}; do
+    for t in ${TESTS:-test_warp test_warpgroup test_split_fwd test_blocksparse test_nsa_fwd test_nsa_bwd test_golden test_api test_guard test_robust test_faults}; do
         echo "== $t (NVIDIA OpenCL)"
         # the first 20 figures, then always the verdict (a long figure list hid it)
         (cd build-gpu && CLNSA_EXE=$PWD/clnsa timeout 300 "tests/$t" > "$R/$t.log" 2>&1; echo "exit status $?" >> "$R/$t.log")

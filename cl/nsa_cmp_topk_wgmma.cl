@@ -56,7 +56,7 @@
 #error "nsa_cmp_topk_wgmma.cl takes G 16, DK = DV = 128, compressed blocks equal to selection blocks, S <= 32, no varlen, KC 32"
 #endif
 #define TOKS (4 * NCONS)
-#define WG_D 128 /* head dim */
+#define WG_D DK /* the head dim, 128: the host sizes the image (nsa_cmp_tiles_bytes) from DK too */
 
 typedef struct {
     int b, tok0, h;
@@ -90,9 +90,10 @@ __kernel void nsa_cmp_tiles(__global const store_t *kc, idx_t kc_off, idx4_t kc_
                             idx_t vc_off, idx4_t vc_st, int nc_rows, int B, __global store_t *tiles, idx_t tiles_off)
 {
     const int per = KC * WG_D / 8, nch = ceil_div(nc_rows, KC);
-    const int j = get_global_id(0) % per, kv = get_global_id(0) / per % 2, chunk = get_global_id(0) / (2 * per);
-    if (chunk >= B * NH * nch) return;
-    const int c = chunk % nch, h = chunk / nch % NH, b = chunk / (nch * NH);
+    const idx_t gid = get_global_id(0), chunk = gid / (2 * per);
+    const int j = (int)(gid % per), kv = (int)(gid / per % 2);
+    if (chunk >= (idx_t)B * NH * nch) return;
+    const int c = (int)(chunk % nch), h = (int)(chunk / nch % NH), b = (int)(chunk / ((idx_t)nch * NH));
     const int n = j / WG_D * 8 + j % 8, kp = j / 8 % (WG_D / 8), key = c * KC + n, row = min(key, nc_rows - 1);
     const int at = kv ? kp * (KC * 8) + n / 8 * 64 + n % 8 * 8 : n / 8 * (WG_D * 8) + kp * 64 + n % 8 * 8;
     __global const store_t *src =
@@ -159,7 +160,7 @@ inline void stage_values(float *oacc, word_t (*pa)[4], __local ushort (*vt)[KC *
  * forced blocks +inf; blocks without a compressed key 0). */
 inline float block_score_of(float imp, int j, int nvis, int cur)
 {
-    if (j < INIT_BLOCKS || j > cur - LOCAL_BLOCKS) return INFINITY;
+    if (block_forced(j, cur)) return INFINITY;
     return j < nvis ? imp : 0.0f;
 }
 

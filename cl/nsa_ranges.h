@@ -98,6 +98,10 @@ inline int2 slc_slot(__global const int *bidx, idx_t row, idx_t slot_stride, int
     return slc_block_keys(dup ? -1 : j, tl);
 }
 
+/* The forced blocks of a query in block cur: the initial ones and the
+ * local ones (the top-k scores them +inf, whatever their importance). */
+inline bool block_forced(int j, int cur) { return j < INIT_BLOCKS || j > cur - LOCAL_BLOCKS; }
+
 #ifdef WARP_SCRATCH
 /* The warp kernels (warp_mma.h) read a row's S <= 32 slots at once, slot s
  * in lane s, and drop repeats by shuffles, where slc_slot reads the s
@@ -258,7 +262,7 @@ inline int2 cmp_keys_of_blocks(int j0, int j1, int nvis)
  * the forced initial and local blocks (cur: the query's own block). */
 inline float block_score(__local const float *pc, int i_lo, int i_hi, int j, int cur)
 {
-    if (j < INIT_BLOCKS || j > cur - LOCAL_BLOCKS) return INFINITY;
+    if (block_forced(j, cur)) return INFINITY;
     const int2 r = cmp_keys_of_blocks(j, j + 1, i_hi);
     float score = 0.0f;
     for (int i = max(i_lo, r.x); i < r.y; ++i) score += pc[i - i_lo];

@@ -121,11 +121,6 @@ inline void mbar_arrive(__local ulong *b)
 {
     asm volatile("{ .reg .b64 st; mbarrier.arrive.shared::cta.b64 st, [%0]; }" ::"r"(WG_LADDR(b)) : "memory");
 }
-/* Arrives on b once this work-item's earlier cp.async copies have landed. */
-inline void mbar_arrive_copies(__local ulong *b)
-{
-    asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];" ::"r"(WG_LADDR(b)) : "memory");
-}
 /* Arrives on b, telling it to expect `bytes` more, and copies those bytes
  * from src to dst (both 16-byte aligned, bytes a multiple of 16) with the
  * copy engine (cp.async.bulk, sm_90), whose arrival completes them: one

@@ -66,8 +66,13 @@
 
 #define LADDR(p) ((uint)(size_t)(p))
 
-/* mbar_init, mbar_arrive, mbar_arrive_copies, mbar_wait: in warpgroup_mma.h since the library's
- * kernel (nsa_cmp_topk_wgmma.cl) took them from here. */
+/* mbar_init, mbar_arrive, mbar_wait: in warpgroup_mma.h since the library's kernel
+ * (nsa_cmp_topk_wgmma.cl) took them from here. mbar_arrive_copies went back here when that
+ * kernel's stages moved to bulk copies (2026-11-30). */
+inline void mbar_arrive_copies(__local ulong *b)
+{
+    asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];" ::"r"(LADDR(b)) : "memory");
+}
 inline void copy16(__local void *dst, __global const void *src, bool valid)
 {
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(LADDR(dst)), "l"(src), "r"(valid ? 16 : 0)

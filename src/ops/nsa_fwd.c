@@ -288,14 +288,14 @@ static bool cmp_topk_wgmma_shape(const clnsa_context *ctx, const nsa_problem *pb
            c->cmp_stride == c->block_size;
 }
 
-/* Its stages: WGMMA_KC compressed keys of 128 dims, a K and a V stage a
+/* Its stages: WGMMA_KC compressed keys of DK dims, a K and a V stage a
  * chunk in the image (nsa_cmp_topk_wgmma.cl's chunk_tile). */
 #define WGMMA_KC 32
 size_t nsa_cmp_tiles_bytes(const clnsa_context *ctx, const nsa_problem *pb)
 {
     if (!cmp_topk_wgmma_shape(ctx, pb)) return 0;
     const size_t chunks = (size_t)pb->B * (size_t)pb->H * (size_t)((pb->nc_rows + WGMMA_KC - 1) / WGMMA_KC);
-    return chunks * 2 * WGMMA_KC * 128 * nsa_elem_bytes(pb);
+    return chunks * 2 * WGMMA_KC * (size_t)pb->DK * nsa_elem_bytes(pb); /* a K stage and a V stage a chunk */
 }
 
 /* Whether nsa_cmp_topk_wgmma.cl takes the call: its shapes, and rows it

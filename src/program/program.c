@@ -60,7 +60,8 @@ static clnsa_status append_source(clnsa_context *ctx, strbuf *b, const char *nam
  * FlashAttention is built with fast math (on the H200, 2026-11-23: dense
  * forward 48.8 -> 44.6 ms at 16k, NSA forward 35.4 -> 33.5 ms at 64k; the
  * device tests pass with it), then the context's and CLNSA_BUILD_OPTIONS's
- * extras. On PoCL the optimizer is
+ * extras, joined by single spaces (the program cache's key holds the
+ * string). On PoCL the optimizer is
  * off: PoCL 3.1 (Debian 12) gives wrong, run-to-run varying results for the
  * attention tiles when optimizing, where Oclgrind (which checks races and
  * uninitialized reads), NVIDIA's compiler and PoCL at -cl-opt-disable agree
@@ -70,9 +71,13 @@ static void build_options(const clnsa_context *ctx, const char *defines, char *b
     const char *env = getenv("CLNSA_BUILD_OPTIONS");
     const bool no_opt = ctx->info.vendor == CLNSA_VENDOR_POCL && cx_env_int("CLNSA_POCL_OPTIMIZE", 0) == 0;
     const bool tensor_cores = strstr(defines, "#define MMA_NV 1\n") != NULL;
-    snprintf(buf, size, "%s%s%s%s %s", ctx->info.opencl_c_major > 1 || ctx->info.opencl_c_minor >= 2 ? "-cl-std=CL1.2 " : "",
-             no_opt ? "-cl-opt-disable " : "", tensor_cores ? "-cl-unsafe-math-optimizations " : "",
-             ctx->extra_options ? ctx->extra_options : "", env ? env : "");
+    const char *parts[] = {ctx->info.opencl_c_major > 1 || ctx->info.opencl_c_minor >= 2 ? "-cl-std=CL1.2" : NULL,
+                           no_opt ? "-cl-opt-disable" : NULL, tensor_cores ? "-cl-unsafe-math-optimizations" : NULL,
+                           ctx->extra_options, env};
+    size_t n = 0;
+    buf[0] = '\0';
+    for (size_t i = 0; i < sizeof parts / sizeof parts[0]; ++i)
+        if (parts[i] && *parts[i] && n < size) n += (size_t)snprintf(buf + n, size - n, "%s%s", n ? " " : "", parts[i]);
 }
 
 /* The compiler's log of a program (malloc'ed; NULL when there is none). */

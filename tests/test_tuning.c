@@ -1,7 +1,7 @@
 /* test_tuning.c: the parameter database (src/tuning): the built-in entries
  * match the families' table; the lookup order (user file over database over
  * safe default, the most specific shape class first, an entry that does not
- * fit the device falls through); a candidate that exceeds local memory is
+ * fit the device falls through, f16 and bf16 serving each other); a candidate that exceeds local memory is
  * rejected before anything is compiled; a short `clnsa tune` run completes
  * and its file loads back and is used. Linked with the static library: it
  * calls the internals. */
@@ -172,6 +172,41 @@ static void test_lookup_order(void **state)
                                          "\"params\": {\"WG\": 64, \"GT\": 4}}]}"),
                  CLNSA_ERROR_INVALID_ARGUMENT);
     context_with("/nonexistent/clnsa-tuning.json", CLNSA_ERROR_INVALID_ARGUMENT);
+}
+
+/* An entry of one 16-bit type serves the other where no entry names it;
+ * an entry of the problem's own dtype wins however little else it names,
+ * and f32 takes neither. */
+static void test_dtype_sibling(void **state)
+{
+    (void)state;
+    const char *bf16_only = "{\"clnsa_tuning\": 1, \"entries\": [\n"
+                            " {\"family\": \"nsa_bwd_pre\", \"shape\": {\"dk\": 24, \"dtype\": \"bf16\"},\n"
+                            "  \"params\": {\"WG\": 16, \"GT\": 1, \"TK\": 8}}\n]}\n";
+    clnsa_context *ctx = context_with(write_file("bf16.json", bf16_only), CLNSA_SUCCESS);
+    tune_problem pb = other; /* f16 */
+    tune_choice c = choose(ctx, TF_NSA_BWD_PRE, &pb);
+    expect(&c, TUNE_SRC_USER, 16, 1, 8);
+    assert_non_null(strstr(c.where, "(for f16)"));
+    pb.dtype = CLNSA_DTYPE_BF16;
+    c = choose(ctx, TF_NSA_BWD_PRE, &pb);
+    expect(&c, TUNE_SRC_USER, 16, 1, 8);
+    assert_null(strstr(c.where, "(for"));
+    pb.dtype = CLNSA_DTYPE_F32;
+    c = choose(ctx, TF_NSA_BWD_PRE, &pb);
+    assert_true(c.source != TUNE_SRC_USER);
+    clnsa_context_destroy(ctx);
+
+    const char *both = "{\"clnsa_tuning\": 1, \"entries\": [\n"
+                       " {\"family\": \"nsa_bwd_pre\", \"shape\": {\"dk\": 24, \"dtype\": \"bf16\"},\n"
+                       "  \"params\": {\"WG\": 16, \"GT\": 1, \"TK\": 8}},\n"
+                       " {\"family\": \"nsa_bwd_pre\", \"shape\": {\"dtype\": \"f16\"},\n"
+                       "  \"params\": {\"WG\": 32, \"GT\": 2, \"TK\": 16}}\n]}\n";
+    ctx = context_with(write_file("both.json", both), CLNSA_SUCCESS);
+    pb.dtype = CLNSA_DTYPE_F16;
+    c = choose(ctx, TF_NSA_BWD_PRE, &pb);
+    expect(&c, TUNE_SRC_USER, 32, 2, 16);
+    clnsa_context_destroy(ctx);
 }
 
 /* A database entry that does not fit the device falls through to the safe
@@ -586,6 +621,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_builtin_entries_resolve),
         cmocka_unit_test(test_lookup_order),
+        cmocka_unit_test(test_dtype_sibling),
         cmocka_unit_test(test_database_entry_too_big),
         cmocka_unit_test(test_fused_counts_topk_scores),
         cmocka_unit_test(test_warp_v_tile_bytes),

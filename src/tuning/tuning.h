@@ -15,7 +15,10 @@
  *      entry, then its architecture's default, then its vendor's;
  *   5. the safe default, which fits any OpenCL 1.2 device.
  * Within one source the entry whose shape class matches the problem on the
- * most fields wins (a field may be a wildcard). */
+ * most fields wins (a field may be a wildcard). Where neither source 3 nor 4
+ * has an entry that matches, an f16 problem takes the entries of bf16 and a
+ * bf16 one those of f16, through 3 and 4 again (database.c's
+ * dtype_sibling). */
 #ifndef CLNSA_TUNING_H
 #define CLNSA_TUNING_H
 

@@ -1,9 +1,9 @@
 /*
  * nsa_cmp_topk_wgmma.cl: the first half of the split NSA forward on
  * Hopper (src/ops/nsa_fwd.c's plan_cmp_topk_wgmma): the compressed branch
- * and the top-k on warpgroup products (warpgroup_mma.h). It writes g_cmp *
- * o_cmp into o (the forward given the selection then adds the other
- * branches to it: nsa_fwd_warp.cl's ADD_PARTIAL), lse_cmp and o_cmp where
+ * and the top-k on warpgroup products (warpgroup_mma.h). It writes o_cmp,
+ * ungated, into o (the forward given the selection then adds g_cmp times
+ * it to the other branches: nsa_fwd_warp.cl's ADD_PARTIAL), lse_cmp and o_cmp where
  * asked, and the selection into block_indices, with the rules of the warp
  * kernels' top-k (nsa_topk_warp.h): the same scores, forced blocks, list
  * and order.
@@ -247,11 +247,10 @@ inline void prefetch_next_queries(__global const store_t *q, idx_t q_off, idx4_t
  * 64k on the H200 (2026-11-30). */
 inline void consume(__local ushort (*kt)[KC * WG_D], __local ushort (*vt)[KC * WG_D], __local ulong *kfull,
                     __local ulong *kempty, __local ulong *vfull, __local ulong *vempty, __global const store_t *q,
-                    idx_t q_off, idx4_t q_st, __global const store_t *g_cmp, idx_t gc_off, idx4_t gc_st,
-                    __global store_t *o, idx_t o_off, idx4_t o_st, __global float *lse_cmp, idx_t lc_off, idx4_t lc_st,
-                    __global store_t *o_cmp, idx_t oc_off, idx4_t oc_st, __global int *bidx, idx_t bi_off,
-                    idx4_t bi_st, __global const int *bcnt, idx_t bc_off, idx4_t bc_st, int nc_rows, int T, int B,
-                    float scale, int ntiles, int cw, int w, __local uint *ws)
+                    idx_t q_off, idx4_t q_st, __global store_t *o, idx_t o_off, idx4_t o_st, __global float *lse_cmp,
+                    idx_t lc_off, idx4_t lc_st, __global store_t *o_cmp, idx_t oc_off, idx4_t oc_st, __global int *bidx,
+                    idx_t bi_off, idx4_t bi_st, __global const int *bcnt, idx_t bc_off, idx4_t bc_st, int nc_rows,
+                    int T, int B, float scale, int ntiles, int cw, int w, __local uint *ws)
 {
     const int lane = lane_id(), gq = lane >> 2, t4 = lane & 3;
     const float sl2 = scale * M_LOG2E_F;
@@ -295,8 +294,7 @@ inline void consume(__local ushort (*kt)[KC * WG_D], __local ushort (*vt)[KC * W
             const int r = hq + 8 * hr;
             if (tok < T) {
                 const float f = l[hr] > 0.0f ? 1.0f / l[hr] : 0.0f;
-                store_acc_row(o + at4(o_off, o_st, tl.b, tok, r, 0), WG_D, oacc, hr,
-                              f * LOAD(g_cmp, at4(gc_off, gc_st, tl.b, tok, r, 0)), true, ws);
+                store_acc_row(o + at4(o_off, o_st, tl.b, tok, r, 0), WG_D, oacc, hr, f, true, ws);
                 if (o_cmp) store_acc_row(o_cmp + at4(oc_off, oc_st, tl.b, tok, r, 0), WG_D, oacc, hr, f, true, ws);
                 if (lse_cmp && t4 == 0)
                     lse_cmp[at4(lc_off, lc_st, tl.b, tok, r, 0)] = l[hr] > 0.0f ? lse2[hr] / M_LOG2E_F : -INFINITY;
@@ -339,7 +337,7 @@ __kernel __attribute__((reqd_work_group_size(128 * (NCONS + 1), 1, 1))) void nsa
         if (lid == 32) produce(&vt[0][0], NSTV, vfull, vempty, tiles + tiles_off, 1, 1, T, B, nc_rows, ntiles);
     } else {
         WG_REGS_INC(160);
-        consume(kt, vt, kfull, kempty, vfull, vempty, q, q_off, q_st, g_cmp, gc_off, gc_st, o, o_off, o_st, lse_cmp,
+        consume(kt, vt, kfull, kempty, vfull, vempty, q, q_off, q_st, o, o_off, o_st, lse_cmp,
                 lc_off, lc_st, o_cmp, oc_off, oc_st, bidx, bi_off, bi_st, bcnt, bc_off, bc_st, nc_rows, T, B, scale,
                 ntiles, wgi - 1, (lid / 32) % 4, ws);
     }

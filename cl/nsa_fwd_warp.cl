@@ -24,14 +24,23 @@
  * FUSED_TOPK: the compressed rows staged once for the work-group,
  * warp_attn.h), WHOLE_SLC and WHOLE_CMP_SWA (the branches whose whole
  * chunks run unguarded: warp_attn.h's warp_attend_range), ADD_PARTIAL (o
- * holds a partial sum on entry, the compressed branch's gated output of the
- * split forward, nsa_cmp_topk_wgmma.cl: the kernel adds its branches to it).
+ * holds the compressed branch's output o_cmp on entry, ungated, from the
+ * split forward's first half, nsa_cmp_topk_wgmma.cl or this kernel with
+ * WRITE_PARTIAL: the kernel adds g_cmp * o to its branches), WRITE_PARTIAL
+ * (that first half: the one branch, the compressed, written ungated).
  * NDRange: (32 * NW * ceil(T*NGT / NW), H, B); warp w of group x owns token
  * (x*NW + w) / NGT and head tile (x*NW + w) % NGT.
  */
 
+/* The split forward's partial in o is o_cmp, not g_cmp * o_cmp: a convex
+ * combination of value rows, it stays within the storage type's range
+ * (f16's too) whatever the gates, as the whole sum of the fused kernel,
+ * kept in floats, does (sum_word). */
 #ifndef ADD_PARTIAL
 #define ADD_PARTIAL 0
+#endif
+#ifndef WRITE_PARTIAL
+#define WRITE_PARTIAL 0
 #endif
 /* SLC_SORT: the forward given the selection walks each row's blocks in
  * ascending order, as the one that runs the top-k does (nsa_topk_list.h's
@@ -81,8 +90,9 @@ inline float sum_elem(sum_word w, int hi) { return word_elem(w, hi); }
 #endif
 
 #if ADD_PARTIAL
-/* Adds o's partial sum (the split forward's gated compressed branch) to the
- * lane's rows gq and gq + 8 of acc. Both rows are read before the kernel
+/* Adds g_cmp * o (o: the split forward's compressed branch, ungated; gate:
+ * g_cmp's row gq at gate_base) to the lane's rows gq and gq + 8 of acc.
+ * Both rows are read before the kernel
  * stores either: the stores may alias the reads, so the compiler keeps a
  * later row's reads behind an earlier row's stores, two round trips to
  * memory at the warp's end. Where o's rows allow it (OUT_VEC: dims
@@ -92,9 +102,13 @@ inline float sum_elem(sum_word w, int hi) { return word_elem(w, hi); }
  * -> 13.77-13.84 ms against each row read element by element after the
  * last row's stores; asking L2 for the rows at the warp's start
  * (prefetch.global.L2::evict_last) lost instead (14.49 -> 15.06). */
-inline void add_partial(float *acc, __global const store_t *o, idx_t row0, idx_t hs, idx_t ds, int ng)
+inline void add_partial(float *acc, __global const store_t *o, idx_t row0, idx_t hs, idx_t ds, int ng,
+                        __global const store_t *gate, idx_t gate_base, idx_t gate_hs)
 {
     const int gq = lane_id() >> 2;
+    float g[2];
+#pragma unroll
+    for (int hr = 0; hr < 2; ++hr) g[hr] = gq + 8 * hr < ng ? LOAD(gate, gate_base + (gq + 8 * hr) * gate_hs) : 0.0f;
 #if OUT_VEC && !ACC_TRANS && STORAGE != 0 && DV % 32 == 0
     (void)ds;
     float8 x[2][DV / 32];
@@ -112,12 +126,12 @@ inline void add_partial(float *acc, __global const store_t *o, idx_t row0, idx_t
             float xs[8];
             vstore8(x[hr][i], 0, xs);
 #pragma unroll
-            for (int k = 0; k < 8; ++k) acc[row_index(DV, hr, 8 * i + k)] += xs[k];
+            for (int k = 0; k < 8; ++k) acc[row_index(DV, hr, 8 * i + k)] = fma(g[hr], xs[k], acc[row_index(DV, hr, 8 * i + k)]);
         }
 #else
 #pragma unroll
     for (int hr = 0; hr < 2; ++hr)
-        if (gq + 8 * hr < ng) add_row_strided(acc, o, row0 + (gq + 8 * hr) * hs, ds, DV, hr);
+        if (gq + 8 * hr < ng) add_row_strided(acc, o, row0 + (gq + 8 * hr) * hs, ds, DV, hr, g[hr]);
 #endif
 }
 #endif
@@ -199,7 +213,11 @@ inline void warp_branch_done(const float *m, float *l, float *acc, __local sum_w
 #endif
         }
 #endif
+#if WRITE_PARTIAL
+        (void)g;
+#else
         f[hr] *= g;
+#endif
         if (t == 0 && r < ng && lse) lse[lse_base + r * lse_hs] = lse_r[hr];
 #endif
     }
@@ -351,7 +369,8 @@ __kernel __attribute__((reqd_work_group_size(NW * WARP, 1, 1))) void nsa_fwd(
 
 #if !BWD_PRE
 #if ADD_PARTIAL
-    add_partial(acc, o, at4(o_off, o_st, b, t, hq0, 0), o_st.z, o_st.w, ng);
+    add_partial(acc, o, at4(o_off, o_st, b, t, hq0, 0), o_st.z, o_st.w, ng, g_cmp, at4(gc_off, gc_st, b, t, hq0, 0),
+                gc_st.z);
 #endif
 #pragma unroll
     for (int hr = 0; hr < 2; ++hr) { /* acc: the gated sum of the branches */

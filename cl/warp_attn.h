@@ -383,11 +383,13 @@ inline void store_row_strided(__global store_t *p, idx_t row, idx_t ds, int dim,
     for (int e = 0; e < dim / 4; ++e) STORE(p, row + (idx_t)row_col(dim, e) * ds, scale * row_value(c, dim, hr, e));
 }
 
-/* Adds the lane's part of a row at p + row (dim stride ds) to row hr of c. */
-inline void add_row_strided(float *c, __global const store_t *p, idx_t row, idx_t ds, int dim, int hr)
+/* Adds f times the lane's part of a row at p + row (dim stride ds) to row
+ * hr of c. */
+inline void add_row_strided(float *c, __global const store_t *p, idx_t row, idx_t ds, int dim, int hr, float f)
 {
 #pragma unroll
-    for (int e = 0; e < dim / 4; ++e) c[row_index(dim, hr, e)] += LOAD(p, row + (idx_t)row_col(dim, e) * ds);
+    for (int e = 0; e < dim / 4; ++e)
+        c[row_index(dim, hr, e)] = fma(f, LOAD(p, row + (idx_t)row_col(dim, e) * ds), c[row_index(dim, hr, e)]);
 }
 
 inline void warp_reset(float *m, float *l, float *acc)

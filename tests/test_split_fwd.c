@@ -1,7 +1,8 @@
 /* test_split_fwd.c: the split NSA forward (src/ops/nsa_fwd.c, plan_split),
  * forced at every T by CLNSA_SPLIT_FWD=1: the compressed branch alone
- * writes g_cmp * o_cmp into o, the top-k picks the blocks, and the forward
- * given them adds its branches to o (nsa_fwd_warp.cl's ADD_PARTIAL). On an
+ * writes o_cmp, ungated, into o, the top-k picks the blocks, and the
+ * forward given them adds g_cmp * o to its branches (nsa_fwd_warp.cl's
+ * ADD_PARTIAL). On an
  * NVIDIA device of compute capability 9.0 the first two are one warpgroup
  * kernel (nsa_cmp_topk_wgmma.cl) at the shapes it takes (G 16, D 128,
  * compressed blocks equal to the selection blocks); elsewhere the warp

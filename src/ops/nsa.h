@@ -28,9 +28,11 @@ typedef struct {
      * its compressed branch reads its rows from a tile the work-group
      * shares (warp_attn.h's CMP_TILE) */
     bool cmp_tile;
-    /* forward: o holds the compressed branch's gated output on entry, which
-     * the warp kernel adds to (ADD_PARTIAL: the split forward, nsa_fwd.c) */
-    bool add_partial;
+    /* forward: o holds the compressed branch's output on entry, ungated,
+     * which the warp kernel adds times g_cmp (ADD_PARTIAL: the split
+     * forward's second half, nsa_fwd.c); write_partial: the kernel is the
+     * first half on the warp kernels and writes it (WRITE_PARTIAL) */
+    bool add_partial, write_partial;
     /* backward: the selected (ds_keep) and compressed (dsc_keep) dk/dv
      * passes keep dS for dq (DS_KEEP, DSC_KEEP, nsa_bwd.c) */
     bool ds_keep, dsc_keep;

@@ -204,9 +204,11 @@ clnsa_status nsa_plan_query_kernel(clnsa_context *ctx, op_plan *p, const nsa_pro
     if (warp) { /* one warp per token and head tile */
         warp_defines(pb, &wp, kind == ATTN_DQ ? 1 : 2, defines, sizeof defines);
         append(defines, sizeof defines, strlen(defines),
-               "#define BWD_PRE %d\n#define OUT_VEC %d\n#define SAVE_VEC %d\n#define ADD_PARTIAL %d\n#define SLC_SORT %d\n",
+               "#define BWD_PRE %d\n#define OUT_VEC %d\n#define SAVE_VEC %d\n#define ADD_PARTIAL %d\n#define WRITE_PARTIAL %d\n"
+               "#define SLC_SORT %d\n",
                kind == ATTN_BWD_PRE, stored && tensor_rows_aligned(stored), saves_aligned,
-               kind == ATTN_FWD && pb->add_partial, kind == ATTN_FWD && !fused && cx_env_int("CLNSA_SLC_SORT", 1) != 0);
+               kind == ATTN_FWD && pb->add_partial, kind == ATTN_FWD && pb->write_partial,
+               kind == ATTN_FWD && !fused && cx_env_int("CLNSA_SLC_SORT", 1) != 0);
         if (fused)
             append(defines, sizeof defines, strlen(defines), "#define FUSED_TOPK 1\n#define JB %d\n#define PC_MAX %lld\n",
                    pb->topk_jb, (long long)pb->topk_pc_max);
@@ -263,9 +265,10 @@ static clnsa_status plan_attn(clnsa_context *ctx, op_plan *p, const nsa_problem 
     return plan_args_done(ctx, &a, "nsa_fwd arguments");
 }
 
-/* The split forward: the compressed branch alone (writing g_cmp * o_cmp
- * into o), the top-k, then the forward given the selection, which adds
- * its branches to o (ADD_PARTIAL). On Hopper the first two are one
+/* The split forward: the compressed branch alone (writing o_cmp, ungated,
+ * into o: within the storage type's range whatever the gates, f16's too),
+ * the top-k, then the forward given the selection, which adds g_cmp * o to
+ * its branches (ADD_PARTIAL). On Hopper the first two are one
  * warpgroup kernel (nsa_cmp_topk_wgmma.cl). At the anchor's shape on the
  * H200 (2026-11-30, window 0, forward-only runs) the split took 1.85 /
  * 3.90 / 19.2 ms at T 8k / 16k / 64k against the fused warp kernel's 1.79
@@ -317,10 +320,7 @@ static split_mode choose_split(const clnsa_context *ctx, const nsa_problem *pb, 
     if (!pb->has_cmp || !pb->run_topk || pb->warp == WARP_OFF || asked == 0) return SPLIT_NONE;
     const bool wgmma = cmp_topk_wgmma_fits(ctx, pb, in, out, kc, vc);
     if (asked == 1) return wgmma ? SPLIT_WGMMA : SPLIT_WARP;
-    /* bf16 only unless forced: the split holds g_cmp * o_cmp in o, and in
-     * f16 that partial sum may leave the range where the whole one does not
-     * (the fused kernel sums f16 in floats: nsa_fwd_warp.cl's sum_word) */
-    return wgmma && pb->T >= SPLIT_MIN_T && pb->dtype == CLNSA_DTYPE_BF16 ? SPLIT_WGMMA : SPLIT_NONE;
+    return wgmma && pb->T >= SPLIT_MIN_T ? SPLIT_WGMMA : SPLIT_NONE;
 }
 
 /* nsa_cmp_topk_wgmma.cl: nsa_cmp_tiles writes the image of the compressed
@@ -374,6 +374,7 @@ static clnsa_status plan_split(clnsa_context *ctx, op_plan *p, const nsa_problem
     nsa_problem first = *pb, rest = *pb;
     first.has_slc = first.has_swa = false;
     first.fused_topk = rest.fused_topk = false;
+    first.write_partial = true;
     rest.has_cmp = false;
     rest.add_partial = true;
     clnsa_status st;

@@ -3,10 +3,10 @@
  * Hopper (src/ops/nsa_fwd.c's plan_cmp_topk_wgmma): the compressed branch
  * and the top-k on warpgroup products (warpgroup_mma.h). It writes o_cmp,
  * ungated, into o (the forward given the selection then adds g_cmp times
- * it to the other branches: nsa_fwd_warp.cl's ADD_PARTIAL), lse_cmp and o_cmp where
- * asked, and the selection into block_indices, with the rules of the warp
- * kernels' top-k (nsa_topk_warp.h): the same scores, forced blocks, list
- * and order.
+ * it to the other branches: nsa_fwd_warp.cl's ADD_PARTIAL), lse_cmp and
+ * o_cmp where asked, and the selection into block_indices, with the rules
+ * of the warp kernels' top-k (nsa_topk_warp.h): the same scores, forced
+ * blocks, list and order.
  *
  * Warp-specialized and persistent: a work-group is one producer warpgroup
  * and NCONS consumer warpgroups, and loops over tiles of TOKS = 4 * NCONS
@@ -337,8 +337,8 @@ __kernel __attribute__((reqd_work_group_size(128 * (NCONS + 1), 1, 1))) void nsa
         if (lid == 32) produce(&vt[0][0], NSTV, vfull, vempty, tiles + tiles_off, 1, 1, T, B, nc_rows, ntiles);
     } else {
         WG_REGS_INC(160);
-        consume(kt, vt, kfull, kempty, vfull, vempty, q, q_off, q_st, o, o_off, o_st, lse_cmp,
-                lc_off, lc_st, o_cmp, oc_off, oc_st, bidx, bi_off, bi_st, bcnt, bc_off, bc_st, nc_rows, T, B, scale,
-                ntiles, wgi - 1, (lid / 32) % 4, ws);
+        consume(kt, vt, kfull, kempty, vfull, vempty, q, q_off, q_st, o, o_off, o_st, lse_cmp, lc_off, lc_st, o_cmp,
+                oc_off, oc_st, bidx, bi_off, bi_st, bcnt, bc_off, bc_st, nc_rows, T, B, scale, ntiles, wgi - 1,
+                (lid / 32) % 4, ws);
     }
 }

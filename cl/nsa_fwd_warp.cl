@@ -92,16 +92,16 @@ inline float sum_elem(sum_word w, int hi) { return word_elem(w, hi); }
 #if ADD_PARTIAL
 /* Adds g_cmp * o (o: the split forward's compressed branch, ungated; gate:
  * g_cmp's row gq at gate_base) to the lane's rows gq and gq + 8 of acc.
- * Both rows are read before the kernel
- * stores either: the stores may alias the reads, so the compiler keeps a
- * later row's reads behind an earlier row's stores, two round trips to
- * memory at the warp's end. Where o's rows allow it (OUT_VEC: dims
- * contiguous, 16-byte aligned; 16-bit types; acc in load_cols' order, its
- * DV/4 values of a row contiguous) they come in 16-byte pieces. On the
- * H200 at 64k (2026-11-30) the forward given the selection went 14.37-14.45
- * -> 13.77-13.84 ms against each row read element by element after the
- * last row's stores; asking L2 for the rows at the warp's start
- * (prefetch.global.L2::evict_last) lost instead (14.49 -> 15.06). */
+ * Both rows are read before the kernel stores either: the stores may alias
+ * the reads, so the compiler keeps a later row's reads behind an earlier
+ * row's stores, two round trips to memory at the warp's end. Where o's
+ * rows allow it (OUT_VEC: dims contiguous, 16-byte aligned; 16-bit types;
+ * acc in load_cols' order, its DV/4 values of a row contiguous) they come
+ * in 16-byte pieces. On the H200 at 64k (2026-11-30) the forward given the
+ * selection went 14.37-14.45 -> 13.77-13.84 ms against each row read
+ * element by element after the last row's stores; asking L2 for the rows
+ * at the warp's start (prefetch.global.L2::evict_last) lost instead (14.49
+ * -> 15.06). */
 inline void add_partial(float *acc, __global const store_t *o, idx_t row0, idx_t hs, idx_t ds, int ng,
                         __global const store_t *gate, idx_t gate_base, idx_t gate_hs)
 {
@@ -126,7 +126,8 @@ inline void add_partial(float *acc, __global const store_t *o, idx_t row0, idx_t
             float xs[8];
             vstore8(x[hr][i], 0, xs);
 #pragma unroll
-            for (int k = 0; k < 8; ++k) acc[row_index(DV, hr, 8 * i + k)] = fma(g[hr], xs[k], acc[row_index(DV, hr, 8 * i + k)]);
+            for (int k = 0; k < 8; ++k)
+                acc[row_index(DV, hr, 8 * i + k)] = fma(g[hr], xs[k], acc[row_index(DV, hr, 8 * i + k)]);
         }
 #else
 #pragma unroll

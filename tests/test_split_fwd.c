@@ -2,8 +2,8 @@
  * forced at every T by CLNSA_SPLIT_FWD=1: the compressed branch alone
  * writes o_cmp, ungated, into o, the top-k picks the blocks, and the
  * forward given them adds g_cmp * o to its branches (nsa_fwd_warp.cl's
- * ADD_PARTIAL). On an
- * NVIDIA device of compute capability 9.0 the first two are one warpgroup
+ * ADD_PARTIAL). On an NVIDIA device of compute capability 9.0 the first two
+ * are one warpgroup
  * kernel (nsa_cmp_topk_wgmma.cl) at the shapes it takes (G 16, D 128,
  * compressed blocks equal to the selection blocks); elsewhere the warp
  * kernels run them (emulated on PoCL). Against the double-precision

@@ -1,9 +1,10 @@
 /* test_tuning.c: the parameter database (src/tuning): the built-in entries
  * match the families' table; the lookup order (user file over database over
  * safe default, the most specific shape class first, an entry that does not
- * fit the device falls through, f16 and bf16 serving each other); a candidate that exceeds local memory is
- * rejected before anything is compiled; a short `clnsa tune` run completes
- * and its file loads back and is used. Linked with the static library: it
+ * fit the device falls through, f16 and bf16 serving each other); a
+ * candidate that exceeds local memory is rejected before anything is
+ * compiled; a short `clnsa tune` run completes and its file loads back and
+ * is used. Linked with the static library: it
  * calls the internals. */
 #include "nsa_case.h"
 #include "programs.h"

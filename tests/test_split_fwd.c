@@ -39,9 +39,13 @@ static void split_env(void)
 
 /* name, B, T, HQ, H, DK, DV, cu, N, bs, S, l, d, w, init, local, cmp, slc, swa, given_idx, counts,
  * given_cmp, linear, pe, dtype, tf32 */
-static const nsa_case warp_case = /* test_warp's "warp G=16 all branches" at DV 32, where the forward
-                                   * given the selection reads o's partial sum in 16-byte pieces */
-    {"split warp G=16 all branches", 1, 45, 16, 1, 16, 32, NULL, 0, 16, 2, 8, 8, 8, 1, 2, true, true, true, false, false, false, false, false, BF16, false};
+/* test_warp's "warp G=16 all branches" at DV 32, where the forward given the selection reads o's
+ * partial in 16-byte pieces; and in f32 on TF32, where it reads it element by element
+ * (add_partial's other branch). */
+static const nsa_case warp_cases[] = {
+    {"split warp G=16 all branches", 1, 45, 16, 1, 16, 32, NULL, 0, 16, 2, 8, 8, 8, 1, 2, true, true, true, false, false, false, false, false, BF16, false},
+    {"split warp G=16 all branches, f32 TF32", 1, 45, 16, 1, 16, 32, NULL, 0, 16, 2, 8, 8, 8, 1, 2, true, true, true, false, false, false, false, false, CLNSA_DTYPE_F32, true},
+};
 
 /* The warpgroup kernel's shapes: tiles of 12 tokens (T not a multiple), B > 1, several KV heads,
  * blocks of 64 and 32, block_counts, a window, tokens that see no compressed key (T 13), forced
@@ -71,7 +75,11 @@ static void test_split_warp(void **state)
     split_env();
     if (device_wgmma(env.ctx)) /* the shape is not the warpgroup kernel's: the warp kernels run it */
         print_message("(a Hopper device: the warp kernels' split at a shape the warpgroup kernel does not take)\n");
-    run_case(&warp_case, 77, true);
+    for (size_t i = 0; i < sizeof warp_cases / sizeof warp_cases[0]; ++i) {
+        if (!nsa_case_selected(warp_cases[i].name)) continue;
+        print_message("%s\n", warp_cases[i].name);
+        run_case(&warp_cases[i], 77 + i, true);
+    }
     assert_true(program_built_with(env.ctx, "nsa_fwd_warp.cl", "#define ADD_PARTIAL 1\n", "#define HAS_CMP 0\n"));
     assert_true(program_built_with(env.ctx, "nsa_fwd_warp.cl", "#define HAS_CMP 1\n#define HAS_SLC 0\n#define HAS_SWA 0\n",
                                    NULL));

@@ -69,13 +69,8 @@ static int shape_match(const tune_entry *e, const tune_problem *pb, bool sibling
         if (have[i] != want[i]) return -1;
         ++n;
     }
-    const clnsa_dtype want_dtype = sibling ? dtype_sibling(pb->dtype) : pb->dtype;
-    if (sibling && (want_dtype == CLNSA_DTYPE_INVALID || e->dtype != want_dtype)) return -1;
-    if (e->dtype != CLNSA_DTYPE_INVALID) {
-        if (e->dtype != want_dtype) return -1;
-        ++n;
-    }
-    return n;
+    if (e->dtype == CLNSA_DTYPE_INVALID) return sibling ? -1 : n;
+    return e->dtype == (sibling ? dtype_sibling(pb->dtype) : pb->dtype) ? n + 1 : -1;
 }
 
 /* Values of the family's parameters from an entry (false if one is missing). */

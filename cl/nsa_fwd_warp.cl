@@ -23,10 +23,11 @@
  * ACC_TRANS for V_STAGE: warp_attn.h), CMP_TILE (with V_STAGE, without
  * FUSED_TOPK: the compressed rows staged once for the work-group,
  * warp_attn.h), WHOLE_SLC and WHOLE_CMP_SWA (the branches whose whole
- * chunks run unguarded: warp_attn.h's warp_attend_range), ADD_PARTIAL (o
- * holds the compressed branch's output o_cmp on entry, ungated, from the
- * split forward's first half, nsa_cmp_topk_wgmma.cl or this kernel with
- * WRITE_PARTIAL: the kernel adds g_cmp * o to its branches), WRITE_PARTIAL
+ * chunks run unguarded: warp_attn.h's warp_attend_range), ADD_PARTIAL (1:
+ * o holds the compressed branch's output on entry, ungated, from the split
+ * forward's first half, nsa_cmp_topk_wgmma.cl or this kernel with
+ * WRITE_PARTIAL; 2: the argument o_cmp holds it, rows aligned for 16-byte
+ * reads; the kernel adds g_cmp times it to its branches), WRITE_PARTIAL
  * (that first half: the one branch, the compressed, written ungated).
  * NDRange: (32 * NW * ceil(T*NGT / NW), H, B); warp w of group x owns token
  * (x*NW + w) / NGT and head tile (x*NW + w) % NGT.
@@ -94,8 +95,9 @@ inline float sum_elem(sum_word w, int hi) { return word_elem(w, hi); }
  * g_cmp's row gq at gate_base) to the lane's rows gq and gq + 8 of acc.
  * Both rows are read before the kernel stores either: the stores may alias
  * the reads, so the compiler keeps a later row's reads behind an earlier
- * row's stores, two round trips to memory at the warp's end. Where o's
- * rows allow it (OUT_VEC: dims contiguous, 16-byte aligned; 16-bit types;
+ * row's stores, two round trips to memory at the warp's end. Where the
+ * rows allow it (OUT_VEC or ADD_PARTIAL 2: dims contiguous, 16-byte
+ * aligned; 16-bit types;
  * acc in load_cols' order, its DV/4 values of a row contiguous) they come
  * in 16-byte pieces. On the H200 at 64k (2026-11-30) the forward given the
  * selection went 14.37-14.45 -> 13.77-13.84 ms against each row read
@@ -109,7 +111,7 @@ inline void add_partial(float *acc, __global const store_t *o, idx_t row0, idx_t
     float g[2];
 #pragma unroll
     for (int hr = 0; hr < 2; ++hr) g[hr] = gq + 8 * hr < ng ? LOAD(gate, gate_base + (gq + 8 * hr) * gate_hs) : 0.0f;
-#if OUT_VEC && !ACC_TRANS && STORAGE != 0 && DV % 32 == 0
+#if (OUT_VEC || ADD_PARTIAL == 2) && !ACC_TRANS && STORAGE != 0 && DV % 32 == 0
     (void)ds;
     float8 x[2][DV / 32];
 #pragma unroll
@@ -369,7 +371,10 @@ __kernel __attribute__((reqd_work_group_size(NW * WARP, 1, 1))) void nsa_fwd(
 #endif
 
 #if !BWD_PRE
-#if ADD_PARTIAL
+#if ADD_PARTIAL == 2
+    add_partial(acc, o_cmp, at4(oc_off, oc_st, b, t, hq0, 0), oc_st.z, oc_st.w, ng, g_cmp,
+                at4(gc_off, gc_st, b, t, hq0, 0), gc_st.z);
+#elif ADD_PARTIAL
     add_partial(acc, o, at4(o_off, o_st, b, t, hq0, 0), o_st.z, o_st.w, ng, g_cmp, at4(gc_off, gc_st, b, t, hq0, 0),
                 gc_st.z);
 #endif

@@ -1,9 +1,10 @@
 /* test_split_fwd.c: the split NSA forward (src/ops/nsa_fwd.c, plan_split),
  * forced at every T by CLNSA_SPLIT_FWD=1: the compressed branch alone
- * writes o_cmp, ungated, into o, the top-k picks the blocks, and the
- * forward given them adds g_cmp * o to its branches (nsa_fwd_warp.cl's
- * ADD_PARTIAL). On an NVIDIA device of compute capability 9.0 the first two
- * are one warpgroup
+ * writes o_cmp, ungated, into o (ADD_PARTIAL 1), or into the caller's
+ * o_cmp where the branches' outputs are saved (ADD_PARTIAL 2), the top-k
+ * picks the blocks, and the forward given them adds g_cmp times it to its
+ * branches (nsa_fwd_warp.cl's ADD_PARTIAL); each case runs both ways. On an
+ * NVIDIA device of compute capability 9.0 the first two are one warpgroup
  * kernel (nsa_cmp_topk_wgmma.cl) at the shapes it takes (G 16, D 128,
  * compressed blocks equal to the selection blocks); elsewhere the warp
  * kernels run them (emulated on PoCL). Against the double-precision
@@ -49,7 +50,8 @@ static const nsa_case warp_cases[] = {
 
 /* The warpgroup kernel's shapes: tiles of 12 tokens (T not a multiple), B > 1, several KV heads,
  * blocks of 64 and 32, block_counts, a window, tokens that see no compressed key (T 13), forced
- * blocks at both ends. */
+ * blocks at both ends. The first two save the branches' outputs (the partial through o_cmp), the
+ * first and third check the lse. */
 static const nsa_case wgmma_cases[] = {
     {"split wgmma bf16 blocks 64, 16 selected", 2, 777, 32, 2, 128, 128, NULL, 0, 64, 16, 64, 64, 0, 1, 2, true, true, false, false, false, false, false, false, BF16, false},
     {"split wgmma f16 blocks 32, counts, window 100", 1, 500, 16, 1, 128, 128, NULL, 0, 32, 8, 32, 32, 100, 2, 1, true, true, true, false, true, false, false, false, F16, false},
@@ -57,11 +59,11 @@ static const nsa_case wgmma_cases[] = {
     {"split wgmma bf16 32 selected, no forced block", 1, 2100, 16, 1, 128, 128, NULL, 0, 64, 32, 64, 64, 0, 0, 0, true, true, false, false, false, false, false, false, BF16, false},
 };
 
-static void run_case(const nsa_case *c, uint64_t seed, bool lse)
+static void run_case(const nsa_case *c, uint64_t seed, bool lse, bool save)
 {
     nsa_run r;
     nsa_run_setup(&env, &r, c, seed);
-    nsa_run_save_branches(&env, &r);
+    if (save) nsa_run_save_branches(&env, &r);
     if (!lse) nsa_run_drop_lse(&r);
     nsa_run_forward(&env, &r);
     nsa_check_forward(&r);
@@ -77,10 +79,16 @@ static void test_split_warp(void **state)
         print_message("(a Hopper device: the warp kernels' split at a shape the warpgroup kernel does not take)\n");
     for (size_t i = 0; i < sizeof warp_cases / sizeof warp_cases[0]; ++i) {
         if (!nsa_case_selected(warp_cases[i].name)) continue;
-        print_message("%s\n", warp_cases[i].name);
-        run_case(&warp_cases[i], 77 + i, true);
+        for (int save = 0; save < 2; ++save) {
+            print_message("%s, %s\n", warp_cases[i].name, save ? "branches saved" : "o alone");
+            run_case(&warp_cases[i], 77 + i, true, save);
+        }
     }
-    assert_true(program_built_with(env.ctx, "nsa_fwd_warp.cl", "#define ADD_PARTIAL 1\n", "#define HAS_CMP 0\n"));
+    for (int from = 1; from <= 2; ++from) {
+        char partial[32];
+        snprintf(partial, sizeof partial, "#define ADD_PARTIAL %d\n", from);
+        assert_true(program_built_with(env.ctx, "nsa_fwd_warp.cl", partial, "#define HAS_CMP 0\n"));
+    }
     assert_true(program_built_with(env.ctx, "nsa_fwd_warp.cl", "#define HAS_CMP 1\n#define HAS_SLC 0\n#define HAS_SWA 0\n",
                                    NULL));
     assert_true(program_built(env.ctx, "nsa_topk_warp.cl"));
@@ -100,10 +108,11 @@ static void test_split_wgmma(void **state)
     for (size_t i = 0; i < sizeof wgmma_cases / sizeof wgmma_cases[0]; ++i) {
         if (!nsa_case_selected(wgmma_cases[i].name)) continue;
         print_message("%s\n", wgmma_cases[i].name);
-        run_case(&wgmma_cases[i], 900 + i, i % 2 == 0);
+        run_case(&wgmma_cases[i], 900 + i, i % 2 == 0, i < 2);
     }
     assert_true(program_built(env.ctx, "nsa_cmp_topk_wgmma.cl"));
     assert_true(program_built_with(env.ctx, "nsa_fwd_warp.cl", "#define ADD_PARTIAL 1\n", NULL));
+    assert_true(program_built_with(env.ctx, "nsa_fwd_warp.cl", "#define ADD_PARTIAL 2\n", NULL));
 }
 
 int main(void)

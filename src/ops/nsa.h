@@ -28,11 +28,13 @@ typedef struct {
      * its compressed branch reads its rows from a tile the work-group
      * shares (warp_attn.h's CMP_TILE) */
     bool cmp_tile;
-    /* forward: o holds the compressed branch's output on entry, ungated,
-     * which the warp kernel adds times g_cmp (ADD_PARTIAL: the split
-     * forward's second half, nsa_fwd.c); write_partial: the kernel is the
-     * first half on the warp kernels and writes it (WRITE_PARTIAL) */
-    bool add_partial, write_partial;
+    /* forward: the compressed branch's output, ungated, is on entry in o
+     * (PARTIAL_IN_O) or in the caller's o_cmp (PARTIAL_IN_O_CMP), and the
+     * warp kernel adds it times g_cmp (ADD_PARTIAL: the split forward's
+     * second half, nsa_fwd.c); write_partial: the kernel is the first half
+     * on the warp kernels and writes it (WRITE_PARTIAL) */
+    enum { PARTIAL_NONE, PARTIAL_IN_O, PARTIAL_IN_O_CMP } add_partial;
+    bool write_partial;
     /* backward: the selected (ds_keep) and compressed (dsc_keep) dk/dv
      * passes keep dS for dq (DS_KEEP, DSC_KEEP, nsa_bwd.c) */
     bool ds_keep, dsc_keep;

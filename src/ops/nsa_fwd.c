@@ -169,7 +169,8 @@ static void query_args(kargs *a, const nsa_problem *pb, const clnsa_nsa_inputs *
 }
 
 /* The forward's arguments after them (NSA_FWD_OUT_ARGS): o, the lse and
- * the saved outputs of the branches the program runs. */
+ * the saved outputs of the branches the program runs (o_cmp also where
+ * the split's second half reads its partial from it). */
 static void fwd_out_args(kargs *a, const nsa_problem *pb, const clnsa_nsa_outputs *out)
 {
     const clnsa_tensor none = {0};
@@ -180,7 +181,8 @@ static void fwd_out_args(kargs *a, const nsa_problem *pb, const clnsa_nsa_output
     for (int i = 0; i < 3; ++i) ka_tensor(a, on[i] ? lse[i] : &none);
     ka_int(a, pb->T);
     ka_float(a, pb->cfg.scale);
-    for (int i = 0; i < 3; ++i) ka_tensor(a, on[i] ? saves[i] : &none);
+    for (int i = 0; i < 3; ++i)
+        ka_tensor(a, on[i] || (i == 0 && pb->add_partial == PARTIAL_IN_O_CMP) ? saves[i] : &none);
 }
 
 clnsa_status nsa_plan_query_kernel(clnsa_context *ctx, op_plan *p, const nsa_problem *pb, const clnsa_nsa_inputs *in,
@@ -207,7 +209,7 @@ clnsa_status nsa_plan_query_kernel(clnsa_context *ctx, op_plan *p, const nsa_pro
                "#define BWD_PRE %d\n#define OUT_VEC %d\n#define SAVE_VEC %d\n#define ADD_PARTIAL %d\n#define WRITE_PARTIAL %d\n"
                "#define SLC_SORT %d\n",
                kind == ATTN_BWD_PRE, stored && tensor_rows_aligned(stored), saves_aligned,
-               kind == ATTN_FWD && pb->add_partial, kind == ATTN_FWD && pb->write_partial,
+               kind == ATTN_FWD ? (int)pb->add_partial : 0, kind == ATTN_FWD && pb->write_partial,
                kind == ATTN_FWD && !fused && cx_env_int("CLNSA_SLC_SORT", 1) != 0);
         if (fused)
             append(defines, sizeof defines, strlen(defines), "#define FUSED_TOPK 1\n#define JB %d\n#define PC_MAX %lld\n",
@@ -266,9 +268,10 @@ static clnsa_status plan_attn(clnsa_context *ctx, op_plan *p, const nsa_problem 
 }
 
 /* The split forward: the compressed branch alone (writing o_cmp, ungated,
- * into o: within the storage type's range whatever the gates, f16's too),
- * the top-k, then the forward given the selection, which adds g_cmp * o to
- * its branches (ADD_PARTIAL). On Hopper the first two are one
+ * into o or the caller's o_cmp: within the storage type's range whatever
+ * the gates, f16's too), the top-k, then the forward given the selection,
+ * which adds g_cmp times it to its branches (ADD_PARTIAL). On Hopper the
+ * first two are one
  * warpgroup kernel (nsa_cmp_topk_wgmma.cl). At the anchor's shape on the
  * H200 (2026-11-30, window 0, forward-only runs) the split took 1.85 /
  * 3.90 / 19.2 ms at T 8k / 16k / 64k against the fused warp kernel's 1.79
@@ -366,7 +369,11 @@ static clnsa_status plan_cmp_topk_wgmma(clnsa_context *ctx, op_plan *p, const ns
     return plan_args_done(ctx, &a, "nsa_cmp_topk_wgmma arguments");
 }
 
-/* The split's steps after the compression. */
+/* The split's steps after the compression. Where the caller saves o_cmp
+ * (a training forward) the partial goes there alone, as the first half's
+ * o, and the second half reads it from there (ADD_PARTIAL 2), in 16-byte
+ * pieces where o_cmp's rows allow them: o is written once, not twice
+ * (1 GB less at the anchor's shape at 64k). */
 static clnsa_status plan_split(clnsa_context *ctx, op_plan *p, const nsa_problem *pb, split_mode mode,
                                const clnsa_nsa_inputs *in, const clnsa_nsa_outputs *out, const clnsa_tensor *kc,
                                const clnsa_tensor *vc, cl_mem ws, const nsa_workspace *lay)
@@ -376,12 +383,19 @@ static clnsa_status plan_split(clnsa_context *ctx, op_plan *p, const nsa_problem
     first.fused_topk = rest.fused_topk = false;
     first.write_partial = true;
     rest.has_cmp = false;
-    rest.add_partial = true;
+    clnsa_nsa_outputs first_out = *out;
+    if (tensor_present(&out->o_cmp) && tensor_rows_aligned(&out->o_cmp)) {
+        first_out.o = out->o_cmp;
+        first_out.o_cmp = (clnsa_tensor){0};
+        rest.add_partial = PARTIAL_IN_O_CMP;
+    } else {
+        rest.add_partial = PARTIAL_IN_O;
+    }
     clnsa_status st;
     if (mode == SPLIT_WGMMA) {
-        st = plan_cmp_topk_wgmma(ctx, p, &first, in, out, kc, vc, ws, lay);
+        st = plan_cmp_topk_wgmma(ctx, p, &first, in, &first_out, kc, vc, ws, lay);
     } else {
-        st = plan_attn(ctx, p, &first, in, out, kc, vc, ws, lay);
+        st = plan_attn(ctx, p, &first, in, &first_out, kc, vc, ws, lay);
         if (st == CLNSA_SUCCESS) st = plan_topk(ctx, p, pb, in, out, kc, ws, lay);
     }
     return st == CLNSA_SUCCESS ? plan_attn(ctx, p, &rest, in, out, kc, vc, ws, lay) : st;

@@ -271,15 +271,15 @@ static clnsa_status plan_attn(clnsa_context *ctx, op_plan *p, const nsa_problem 
  * into o or the caller's o_cmp: within the storage type's range whatever
  * the gates, f16's too), the top-k, then the forward given the selection,
  * which adds g_cmp times it to its branches (ADD_PARTIAL). On Hopper the
- * first two are one
- * warpgroup kernel (nsa_cmp_topk_wgmma.cl). At the anchor's shape on the
- * H200 (2026-11-30, window 0, forward-only runs) the split took 1.85 /
- * 3.90 / 19.2 ms at T 8k / 16k / 64k against the fused warp kernel's 1.79
- * / 3.97 / 24.3: its kernel takes the compressed branch and the top-k in
- * 5.3 ms at 64k, but loses the overlap of the selected branch with them
- * that the fused kernel has, which wins at 8k. Elsewhere the split runs
- * the warp kernels, only when CLNSA_SPLIT_FWD=1 asks (tests, comparisons),
- * which also forces it at any T; CLNSA_SPLIT_FWD=0 turns it off. */
+ * first two are one warpgroup kernel (nsa_cmp_topk_wgmma.cl). At the
+ * anchor's shape on the H200 (2026-11-30, window 0, forward-only runs) the
+ * split took 1.85 / 3.90 / 19.2 ms at T 8k / 16k / 64k against the fused
+ * warp kernel's 1.79 / 3.97 / 24.3: its kernel takes the compressed branch
+ * and the top-k in 5.3 ms at 64k, but loses the overlap of the selected
+ * branch with them that the fused kernel has, which wins at 8k. Elsewhere
+ * the split runs the warp kernels, only when CLNSA_SPLIT_FWD=1 asks (tests,
+ * comparisons), which also forces it at any T; CLNSA_SPLIT_FWD=0 turns it
+ * off. */
 typedef enum { SPLIT_NONE, SPLIT_WARP, SPLIT_WGMMA } split_mode;
 #define SPLIT_MIN_T 16384
 

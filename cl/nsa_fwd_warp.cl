@@ -191,7 +191,8 @@ inline void warp_branch_done(const float *m, float *l, float *acc, __local sum_w
 #pragma unroll
     for (int hr = 0; hr < 2; ++hr) {
         const int r = gq + 8 * hr;
-        const float g = r < ng ? LOAD(gate, gate_base + r * gate_hs) : 0.0f;
+        /* the split forward's first half (WRITE_PARTIAL) leaves its branch ungated */
+        const float g = r >= ng ? 0.0f : WRITE_PARTIAL ? 1.0f : LOAD(gate, gate_base + r * gate_hs);
         f[hr] = l[hr] > 0.0f ? 1.0f / l[hr] : 0.0f;
 #if BWD_PRE
         float x[DV / 4], dot = 0.0f;
@@ -216,11 +217,7 @@ inline void warp_branch_done(const float *m, float *l, float *acc, __local sum_w
 #endif
         }
 #endif
-#if WRITE_PARTIAL
-        (void)g;
-#else
         f[hr] *= g;
-#endif
         if (t == 0 && r < ng && lse) lse[lse_base + r * lse_hs] = lse_r[hr];
 #endif
     }
@@ -371,12 +368,13 @@ __kernel __attribute__((reqd_work_group_size(NW * WARP, 1, 1))) void nsa_fwd(
 #endif
 
 #if !BWD_PRE
-#if ADD_PARTIAL == 2
-    add_partial(acc, o_cmp, at4(oc_off, oc_st, b, t, hq0, 0), oc_st.z, oc_st.w, ng, g_cmp,
-                at4(gc_off, gc_st, b, t, hq0, 0), gc_st.z);
-#elif ADD_PARTIAL
-    add_partial(acc, o, at4(o_off, o_st, b, t, hq0, 0), o_st.z, o_st.w, ng, g_cmp, at4(gc_off, gc_st, b, t, hq0, 0),
-                gc_st.z);
+#if ADD_PARTIAL
+    { /* the partial: in o_cmp (ADD_PARTIAL 2) or in o */
+        const idx_t p_off = ADD_PARTIAL == 2 ? oc_off : o_off;
+        const idx4_t p_st = ADD_PARTIAL == 2 ? oc_st : o_st;
+        add_partial(acc, ADD_PARTIAL == 2 ? o_cmp : o, at4(p_off, p_st, b, t, hq0, 0), p_st.z, p_st.w, ng, g_cmp,
+                    at4(gc_off, gc_st, b, t, hq0, 0), gc_st.z);
+    }
 #endif
 #pragma unroll
     for (int hr = 0; hr < 2; ++hr) { /* acc: the gated sum of the branches */

@@ -276,12 +276,15 @@ static clnsa_status plan_attn(clnsa_context *ctx, op_plan *p, const nsa_problem 
  * split took 1.85 / 3.90 / 19.2 ms at T 8k / 16k / 64k against the fused
  * warp kernel's 1.79 / 3.97 / 24.3: its kernel takes the compressed branch
  * and the top-k in 5.3 ms at 64k, but loses the overlap of the selected
- * branch with them that the fused kernel has, which wins at 8k. Elsewhere
+ * branch with them that the fused kernel has, which wins at 8k. Between
+ * (2026-12-01, median of 5): 1.817 / 2.309 / 2.807 / 3.838 ms at T 8k /
+ * 10k / 12k / 16k against 1.772 / 2.282 / 2.815 / 3.939, level at 12k,
+ * whence SPLIT_MIN_T. Elsewhere
  * the split runs the warp kernels, only when CLNSA_SPLIT_FWD=1 asks (tests,
  * comparisons), which also forces it at any T; CLNSA_SPLIT_FWD=0 turns it
  * off. */
 typedef enum { SPLIT_NONE, SPLIT_WARP, SPLIT_WGMMA } split_mode;
-#define SPLIT_MIN_T 16384
+#define SPLIT_MIN_T 12288
 
 /* The shapes nsa_cmp_topk_wgmma.cl is written for (its #error line), on a
  * device that runs it, in a forward that runs the compressed branch and

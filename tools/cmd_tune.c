@@ -288,6 +288,7 @@ typedef struct {
     tune_problem pb;
     candidate *c;
     int n, space, unfit, best, wrong, failed;
+    int skipped; /* the sample's last ones, not reached before the family's share of --max-seconds ran out */
     double seconds;
 } family_result;
 
@@ -422,6 +423,7 @@ static int tune_family_in(const cli_env *env, const tune_opts *o, int family, do
         candidate *c = &fr->c[i];
         if (i > 0 && cli_now_ms() > deadline) { /* out of time: keep what was measured */
             for (int j = i; j < fr->n; ++j) fr->c[j].verdict = V_SKIPPED;
+            fr->skipped = fr->n - i;
             break;
         }
         wait_built(&b, c, started > 0);
@@ -534,9 +536,10 @@ static js_value entry_json(const cli_env *env, const tune_opts *o, const family_
         for (int i = 0; i < o->nT; ++i) js_array_push(&Ts, js_make_number(o->T[i]));
         js_object_set(&with, "T", Ts);
     }
-    const char *keys[] = {"H", "S", "window", "verify_T", "seed", "repeat", "space", "unfit", "timed", "wrong", "failed"};
-    const int vals[] = {o->H, o->S, o->window, verify_length(o), o->seed, o->repeat, fr->space, fr->unfit, fr->n, fr->wrong,
-                        fr->failed};
+    const char *keys[] = {"H",     "S",     "window", "verify_T", "seed",  "repeat",
+                          "space", "unfit", "timed",  "skipped",  "wrong", "failed"};
+    const int vals[] = {o->H,     o->S,      o->window,   verify_length(o), o->seed,   o->repeat,
+                        fr->space, fr->unfit, fr->n - fr->skipped, fr->skipped, fr->wrong, fr->failed};
     for (size_t i = 0; i < sizeof vals / sizeof vals[0]; ++i) js_object_set(&with, keys[i], js_make_number(vals[i]));
     js_object_set(&e, "tuned_with", with);
     /* every verified timing, fastest first: what --merge compares across devices */
@@ -682,9 +685,11 @@ int cmd_tune(int argc, char **argv)
         const tune_family *fam = &tune_families[f];
         char a[96], b[96];
         const candidate *best = &fr.c[fr.best];
-        printf("%-13s %-26s %10.4f   %-26s %10.4f %6.2fx  (%d timed, %d wrong, %d failed, %.0f s)\n", fam->name,
+        char skipped[64] = "";
+        if (fr.skipped) snprintf(skipped, sizeof skipped, ", %d not reached (--max-seconds)", fr.skipped);
+        printf("%-13s %-26s %10.4f   %-26s %10.4f %6.2fx  (%d timed, %d wrong, %d failed%s, %.0f s)\n", fam->name,
                tune_params_str(fam, fr.c[0].v, a, sizeof a), fr.c[0].ms, tune_params_str(fam, best->v, b, sizeof b), best->ms,
-               fr.c[0].ms / best->ms, fr.n, fr.wrong, fr.failed, fr.seconds);
+               fr.c[0].ms / best->ms, fr.n - fr.skipped, fr.wrong, fr.failed, skipped, fr.seconds);
         fflush(stdout);
         js_array_push(&entries, entry_json(&env, &o, &fr));
         free(fr.c);

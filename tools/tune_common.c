@@ -310,6 +310,15 @@ static int merge_vendor(const char *dir, const char *vendor, const js_value *inp
     return rc;
 }
 
+/* A result whose search --max-seconds cut short still merges, with a word. */
+static void warn_cut_short(const char *file, const js_value *e)
+{
+    long skipped;
+    if (js_int(js_get(js_get(e, "tuned_with"), "skipped"), 1, 1L << 30, &skipped))
+        fprintf(stderr, "clnsa tune --merge: %s: %s on %s: %ld candidates were not reached (--max-seconds); merged from those timed\n",
+                file, str_or_wild(e, "family"), str_or_wild(e, "device"), skipped);
+}
+
 int tune_merge(int argc, char **argv)
 {
     const char *dir = NULL;
@@ -342,6 +351,7 @@ int tune_merge(int argc, char **argv)
                 fprintf(stderr, "clnsa tune --merge: %s: entry %zu: expected family, shape and params\n", argv[i], j);
                 rc = -1;
             } else if (js_copy(x, &c)) {
+                warn_cut_short(argv[i], x);
                 js_array_push(&inputs, c);
             }
         }

@@ -23,6 +23,9 @@ import sys
 VENDORS = {"nvidia", "amd", "intel", "pocl", "mesa", "other", "*"}
 DTYPES = {"f32": "CLNSA_DTYPE_F32", "f16": "CLNSA_DTYPE_F16", "bf16": "CLNSA_DTYPE_BF16", "*": "CLNSA_DTYPE_INVALID"}
 MAX_PARAMS = 4
+# Families whose parameter is a length, not a tile (src/tuning/params.c's
+# tune_param_max: TUNE_SPLIT_NEVER).
+PARAM_MAX = {"nsa_fwd_split": 1 << 30, "nsa_fwd_split_swa": 1 << 30}
 
 
 def c_str(s):
@@ -63,9 +66,10 @@ def entry_row(where, e):
     params = e.get("params")
     if not isinstance(params, dict) or not 1 <= len(params) <= MAX_PARAMS:
         fail(where, f"params: expected an object of 1..{MAX_PARAMS} parameters")
+    most = PARAM_MAX.get(family, 65536)
     for k, v in params.items():
-        if not isinstance(v, int) or isinstance(v, bool) or not 1 <= v <= 65536:
-            fail(where, f"params.{k}: expected an integer in 1..65536")
+        if not isinstance(v, int) or isinstance(v, bool) or not 1 <= v <= most:
+            fail(where, f"params.{k}: expected an integer in 1..{most}")
     names = ", ".join(c_str(k) for k in params)
     values = ", ".join(str(v) for v in params.values())
     return (f"    {{{c_str(vendor)}, {c_str(e.get('architecture'))}, {c_str(e.get('device'))}, {c_str(family)}, "

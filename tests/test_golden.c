@@ -444,7 +444,7 @@ static void topk(const golden_case *c)
 
 /* The basic case's forward on the 16-bit path: bf16, the head dim
  * zero-padded from 32 to 128 (the golden scale kept), the split forward
- * forced (CLNSA_SPLIT_FWD=1). On an NVIDIA device of compute capability
+ * forced (a user tuning file's MIN_T 1). On an NVIDIA device of compute capability
  * 9.0 its compressed branch and top-k then run on the warpgroup kernel
  * (nsa_cmp_topk_wgmma.cl), which the golden head dims do not reach
  * otherwise; elsewhere the device's 16-bit path runs (the portable
@@ -459,11 +459,14 @@ static void test_basic_bf16_padded(void **state)
     const golden_case *c = &case_basic;
     const size_t rows = (size_t)c->B * c->T * c->H, nq = (size_t)c->B * c->T * c->HQ, D = (size_t)c->D;
     const size_t G = (size_t)(c->HQ / c->H);
-    setenv("CLNSA_SPLIT_FWD", "1", 1);
+    clnsa_context *const own = env.ctx;
+    env.ctx = test_context_with_tuning(&env, NULL, TEST_TUNING_SPLIT_ALWAYS);
     run_spec r = {.g_cmp = true, .g_slc = true, .g_swa = true, .window = true, .dtype = CLNSA_DTYPE_BF16, .pad_d = 128,
                   .save_cmp = true};
     run_result res = run(c, &r);
-    unsetenv("CLNSA_SPLIT_FWD");
+    const bool on_wgmma = program_built(env.ctx, "nsa_cmp_topk_wgmma.cl");
+    clnsa_context_destroy(env.ctx);
+    env.ctx = own;
 
     double *ref_o = load_f64(c, "compression", "o", nq * D), *ref_lse = load_f64(c, "compression", "lse", nq);
     check_tol(c, "bf16 o_cmp", rel_l2(res.o_cmp, ref_o, nq * D), TOL_16BIT);
@@ -486,7 +489,7 @@ static void test_basic_bf16_padded(void **state)
             n += G * D;
         }
     check_tol(c, "bf16 nsa o", rel_l2(x, y, n), TOL_16BIT);
-    if (device_wgmma(env.ctx)) assert_true(program_built(env.ctx, "nsa_cmp_topk_wgmma.cl"));
+    if (device_wgmma(env.ctx)) assert_true(on_wgmma);
     free(x);
     free(y);
     free(bad);

@@ -1,5 +1,5 @@
 /* test_split_fwd.c: the split NSA forward (src/ops/nsa_fwd.c, plan_split),
- * forced at every T by CLNSA_SPLIT_FWD=1: the compressed branch alone
+ * at every T through a user tuning file (nsa_fwd_split's MIN_T 1): the compressed branch alone
  * writes o_cmp, ungated, into o (ADD_PARTIAL 1), or into the caller's
  * o_cmp where the branches' outputs are saved (ADD_PARTIAL 2), the top-k
  * picks the blocks, and the forward given them adds g_cmp times it to its
@@ -10,7 +10,8 @@
  * kernels run them (emulated on PoCL). Against the double-precision
  * reference, outputs poisoned, each branch's saved output and lse and the
  * selection checked (nsa_check_forward); which kernels ran is asserted
- * through the programs built. */
+ * through the programs built. The split starts at the length the tuning
+ * file names, and CLNSA_SPLIT_FWD=0 turns it off. */
 #include "nsa_case.h"
 #include "programs.h"
 
@@ -25,14 +26,18 @@
 
 TEST_ENV_GROUP
 
-/* The warp kernels and the split forced, once for the executable. */
+/* The warp kernels, and the split at every length through a user tuning
+ * file, once for the executable. */
 static void split_env(void)
 {
     static bool done;
     if (done) return;
     done = true;
     printf("warp kernels: %s\n", test_env_use_warp_path(&env));
-    setenv("CLNSA_SPLIT_FWD", "1", 1);
+    const clnsa_context_options o = test_warp_options(clnsa_context_device_info(env.ctx));
+    clnsa_context *split = test_context_with_tuning(&env, &o, TEST_TUNING_SPLIT_ALWAYS);
+    clnsa_context_destroy(env.ctx);
+    env.ctx = split;
 }
 
 #define BF16 CLNSA_DTYPE_BF16
@@ -115,11 +120,45 @@ static void test_split_wgmma(void **state)
     assert_true(program_built_with(env.ctx, "nsa_fwd_warp.cl", "#define ADD_PARTIAL 2\n", NULL));
 }
 
+/* The forward splits from the length the tuning database names
+ * (nsa_fwd_split's MIN_T), here a user file's: a case at a length from it
+ * splits (on Hopper's warpgroup kernel at its shapes), one below does not,
+ * nor does the first with CLNSA_SPLIT_FWD=0; each in a context of its own,
+ * the split told by the programs built. */
+static void test_split_from_tuned_length(void **state)
+{
+    (void)state;
+    split_env();
+    const bool wgmma = device_wgmma(env.ctx);
+    nsa_case at = wgmma ? wgmma_cases[0] : warp_cases[0]; /* T 777 / 45 */
+    nsa_case below = at;
+    below.T = wgmma ? 500 : 30;
+    const int min_t = wgmma ? 600 : 40;
+    const char *entries = wgmma ? TEST_TUNING_SPLIT_FROM(600) : TEST_TUNING_SPLIT_FROM(40);
+    const clnsa_context_options base = test_warp_options(clnsa_context_device_info(env.ctx));
+    clnsa_context *const own = env.ctx;
+    for (int i = 0; i < 3; ++i) {
+        const nsa_case *c = i == 1 ? &below : &at;
+        if (i == 2) setenv("CLNSA_SPLIT_FWD", "0", 1);
+        env.ctx = test_context_with_tuning(&env, &base, entries);
+        print_message("%s at T %d, MIN_T %d%s\n", c->name, c->T, min_t, i == 2 ? ", CLNSA_SPLIT_FWD=0" : "");
+        run_case(c, 950 + i, true, false);
+        unsetenv("CLNSA_SPLIT_FWD");
+        const bool split = program_built_with(env.ctx, "nsa_fwd_warp.cl", "#define ADD_PARTIAL 1\n", NULL);
+        const bool on_wgmma = program_built(env.ctx, "nsa_cmp_topk_wgmma.cl");
+        clnsa_context_destroy(env.ctx);
+        env.ctx = own;
+        assert_int_equal(split, i == 0);
+        assert_int_equal(on_wgmma, i == 0 && wgmma);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_split_warp),
         cmocka_unit_test(test_split_wgmma),
+        cmocka_unit_test(test_split_from_tuned_length),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

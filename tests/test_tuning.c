@@ -210,6 +210,41 @@ static void test_dtype_sibling(void **state)
     clnsa_context_destroy(ctx);
 }
 
+/* nsa_fwd_split's MIN_T (nsa_fwd_split_swa's with the window), a length
+ * and no tiles: never by default; a user file's entry is taken whatever
+ * CLNSA_TUNE_WG says (no work-group size); "never" (TUNE_SPLIT_NEVER) is a
+ * value; 0, a larger one or a work-group size fail the file. */
+static void test_split_length(void **state)
+{
+    (void)state;
+    tune_choice c = choose(env.ctx, TF_NSA_FWD_SPLIT, &other);
+    expect(&c, TUNE_SRC_DEFAULT, TUNE_SPLIT_NEVER, 0, 0);
+    c = choose(env.ctx, TF_NSA_FWD_SPLIT_SWA, &other);
+    expect(&c, TUNE_SRC_DEFAULT, TUNE_SPLIT_NEVER, 0, 0);
+    char text[1024];
+    snprintf(text, sizeof text,
+             "{\"clnsa_tuning\": 1, \"entries\": [\n"
+             " {\"family\": \"nsa_fwd_split\", \"shape\": {\"dk\": 24}, \"params\": {\"MIN_T\": 600}},\n"
+             " {\"family\": \"nsa_fwd_split\", \"shape\": {\"dk\": 32}, \"params\": {\"MIN_T\": %d}}\n]}\n",
+             TUNE_SPLIT_NEVER);
+    clnsa_context *ctx = context_with(write_file("split.json", text), CLNSA_SUCCESS);
+    assert_int_equal(setenv("CLNSA_TUNE_WG", "16", 1), 0);
+    c = choose(ctx, TF_NSA_FWD_SPLIT, &other);
+    unsetenv("CLNSA_TUNE_WG");
+    expect(&c, TUNE_SRC_USER, 600, 0, 0);
+    tune_problem pb = other;
+    pb.dk = 32;
+    c = choose(ctx, TF_NSA_FWD_SPLIT, &pb);
+    expect(&c, TUNE_SRC_USER, TUNE_SPLIT_NEVER, 0, 0);
+    clnsa_context_destroy(ctx);
+    const char *bad[] = {"\"WG\": 64", "\"MIN_T\": 0", "\"MIN_T\": 1073741825"};
+    for (int i = 0; i < 3; ++i) {
+        snprintf(text, sizeof text, "{\"clnsa_tuning\": 1, \"entries\": [{\"family\": \"nsa_fwd_split\", \"params\": {%s}}]}",
+                 bad[i]);
+        context_with(write_file("split_bad.json", text), CLNSA_ERROR_INVALID_ARGUMENT);
+    }
+}
+
 /* A database entry that does not fit the device falls through to the safe
  * default (the device made smaller with CLNSA_MAX_LOCAL_MEM). */
 static void test_database_entry_too_big(void **state)
@@ -386,11 +421,11 @@ static void read_text(const char *path, char *text, size_t size)
     fclose(f);
 }
 
-/* A list of lengths that is not one (a word, an empty entry, five
+/* A list of lengths that is not one (a word, an empty entry, seven
  * lengths) is refused, with a message naming --T, before anything runs. */
 static void bad_lengths_refused(const char *exe)
 {
-    static const char *const bad[] = {"45,x", "45,", "1,2,3,4,5", "0"};
+    static const char *const bad[] = {"45,x", "45,", "1,2,3,4,5,6,7", "0"};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; ++i) {
         char cmd[1024], log[160], text[512];
         snprintf(log, sizeof log, "%s/bad_T.log", tmpdir);
@@ -402,11 +437,44 @@ static void bad_lengths_refused(const char *exe)
     }
 }
 
+/* `clnsa tune --merge` of a result: folded into DIR/<vendor>.json, which
+ * then holds its family; the same result with candidates --max-seconds cut
+ * ("skipped") is refused, naming --partial, and merged with it. */
+static void merge_result(const char *exe, const char *result)
+{
+    char text[16384], cut[160], dir[160], cmd[1024], log[160];
+    read_text(result, text, sizeof text);
+    char *at = strstr(text, "\"skipped\": 0,");
+    assert_non_null(at);
+    at[strlen("\"skipped\": ")] = '2';
+    snprintf(cut, sizeof cut, "%s/cut.json", tmpdir);
+    FILE *f = fopen(cut, "w");
+    assert_non_null(f);
+    fputs(text, f);
+    fclose(f);
+    snprintf(dir, sizeof dir, "%s/db", tmpdir);
+    snprintf(log, sizeof log, "%s/merge.log", tmpdir);
+    const char *vendor = tune_vendor_key(clnsa_context_device_info(env.ctx)->vendor);
+    const char *runs[][2] = {{result, ""}, {cut, ""}, {cut, " --partial"}};
+    for (int i = 0; i < 3; ++i) {
+        snprintf(cmd, sizeof cmd, "%s tune --merge %s --into %s%s > %s 2>&1", exe, runs[i][0], dir, runs[i][1], log);
+        const int rc = system(cmd);
+        read_text(log, text, sizeof text);
+        if ((rc == 0) != (i != 1)) print_error("%s: exit %d: %s\n", cmd, rc, text);
+        assert_int_equal(rc == 0, i != 1);
+        if (i == 1) assert_non_null(strstr(text, "--partial"));
+        snprintf(cmd, sizeof cmd, "%s/%s.json", dir, vendor);
+        read_text(cmd, text, sizeof text);
+        assert_non_null(strstr(text, "\"family\": \"nsa_fwd\""));
+    }
+}
+
 /* `clnsa tune` on a tiny shape class (with a device made smaller, so some
  * candidates are dropped before compiling) at two lengths, each
  * candidate's times at both written beside the time that weighs them,
  * then its file as the user file: the tuned parameters are chosen and
- * built, and the forward agrees with the default context's. (The
+ * built, and the forward agrees with the default context's; --merge
+ * takes it, and refuses it cut short (merge_result). (The
  * block-sparse families' run below times one length.) Malformed lengths
  * are refused. */
 static void test_tune_run(void **state)
@@ -450,6 +518,7 @@ static void test_tune_run(void **state)
     assert_non_null(strstr(text, "\"T\": [45, 60]"));
     assert_non_null(strstr(text, "\"ms_at_T\": ["));
     assert_non_null(strstr(text, "\"time_ms_at_T\": ["));
+    merge_result(exe, out);
 
     clnsa_context *tuned = context_with(out, CLNSA_SUCCESS);
     tune_choice c = choose(tuned, TF_NSA_FWD, &tiny);
@@ -472,6 +541,44 @@ static void test_tune_run(void **state)
     nsa_run_free(&a);
     nsa_run_free(&b);
     clnsa_context_destroy(tuned);
+}
+
+/* `clnsa tune --family nsa_fwd_split` on the tensor-core path (emulated on
+ * a device without tensor cores) at two lengths: its candidates are the
+ * lengths and never, each checked against the never's output (the split
+ * against the fused forward at --verify-T, in bf16), and its pick loads
+ * back as a user file's MIN_T. */
+static void test_tune_split(void **state)
+{
+    (void)state;
+    const char *exe = getenv("CLNSA_EXE");
+    if (!exe || access(exe, X_OK) != 0) {
+        print_message("CLNSA_EXE is not set to the clnsa tool: skipped\n");
+        skip();
+    }
+    char out[160], cmd[1024];
+    snprintf(out, sizeof out, "%s/split.json", tmpdir);
+    snprintf(cmd, sizeof cmd,
+             "CLNSA_MMA=%s %s tune --family nsa_fwd_split --D 32 --G 4 --block 16 --dtype bf16 --T 40,70 --H 1 --S 4 "
+             "--window 0 --repeat 1 --verify-T 40 --out %s > %s/split.log 2>&1",
+             clnsa_context_device_info(env.ctx)->nv_compute_major >= 8 ? "auto" : "emulate", exe, out, tmpdir);
+    run_tool(cmd, "split.log");
+    char text[16384];
+    read_text(out, text, sizeof text);
+    assert_non_null(strstr(text, "\"space\": 3,"));
+    assert_non_null(strstr(text, "\"wrong\": 0,"));
+    tune_file *tf = NULL;
+    char msg[512];
+    assert_int_equal(tune_file_load(out, &tf, msg, sizeof msg), CLNSA_SUCCESS);
+    assert_int_equal(tf->count, 1);
+    const int min_t = tf->entries[0].values[0];
+    assert_true(min_t == 40 || min_t == 70 || min_t == TUNE_SPLIT_NEVER);
+    tune_file_free(tf);
+    clnsa_context *ctx = context_with(out, CLNSA_SUCCESS);
+    const tune_problem pb = {.dk = 32, .dv = 32, .g = 4, .block = 16, .dtype = CLNSA_DTYPE_BF16, .S = 4, .cmp_block = 16,
+                             .cmp_stride = 16};
+    expect((const tune_choice[]){choose(ctx, TF_NSA_FWD_SPLIT, &pb)}, TUNE_SRC_USER, min_t, 0, 0);
+    clnsa_context_destroy(ctx);
 }
 
 /* One block-sparse forward + backward (causal, window 13) on `ctx`; the
@@ -623,11 +730,13 @@ int main(void)
         cmocka_unit_test(test_builtin_entries_resolve),
         cmocka_unit_test(test_lookup_order),
         cmocka_unit_test(test_dtype_sibling),
+        cmocka_unit_test(test_split_length),
         cmocka_unit_test(test_database_entry_too_big),
         cmocka_unit_test(test_fused_counts_topk_scores),
         cmocka_unit_test(test_warp_v_tile_bytes),
         cmocka_unit_test(test_reject_before_compiling),
         cmocka_unit_test(test_tune_run),
+        cmocka_unit_test(test_tune_split),
         cmocka_unit_test(test_blocksparse_families),
     };
     return cmocka_run_group_tests(tests, setup, teardown);

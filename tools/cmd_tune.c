@@ -68,13 +68,13 @@ static bool same_values(const int *a, const int *b, int n)
     return true;
 }
 
-/* Every combination of the family's values that fits (head tiles clamped
- * to G, duplicates removed), the safe default first; a seeded random sample
- * of `budget` when there are more. *unfit counts the dropped ones. */
-static candidate *make_candidates(const clnsa_device_info *info, int family, const tune_problem *pb, const int *safe,
-                                  int budget, uint64_t seed, int *count, int *space, int *unfit)
+/* Every combination of the values of f (the family's, or dispatch_values')
+ * that fits (head tiles clamped to G, duplicates removed), the safe default
+ * first; a seeded random sample of `budget` when there are more. *unfit
+ * counts the dropped ones. */
+static candidate *make_candidates(const clnsa_device_info *info, int family, const tune_family *f, const tune_problem *pb,
+                                  const int *safe, int budget, uint64_t seed, int *count, int *space, int *unfit)
 {
-    const tune_family *f = &tune_families[family];
     int total = 1;
     for (int i = 0; i < f->nparams; ++i) total *= f->params[i].nvalues;
     candidate *c = calloc((size_t)total + 1, sizeof *c);
@@ -109,6 +109,15 @@ static candidate *make_candidates(const clnsa_device_info *info, int family, con
     }
     *count = n;
     return c;
+}
+
+/* A dispatch family's values (MIN_T of nsa_fwd_split): each timed length,
+ * so that no two candidates choose alike at every length, and never. */
+static void dispatch_values(const tune_opts *o, tune_param *p)
+{
+    p->nvalues = 0;
+    for (int i = 0; i < o->nT; ++i) p->values[p->nvalues++] = o->T[i];
+    p->values[p->nvalues++] = TUNE_SPLIT_NEVER;
 }
 
 /* ------------------------------------------------------- background builds */
@@ -354,8 +363,19 @@ static int tune_family_in(const cli_env *env, const tune_opts *o, int family, do
     }
     /* Only the fused forward's family runs the top-k inside the forward; the
      * others time the top-k as its own kernel (its JB comes from that
-     * family). Set before this family's build threads start. */
-    setenv("CLNSA_FUSED_TOPK", family == TF_NSA_FWD_FUSED_WARP ? "1" : "0", 1);
+     * family). Only the dispatch families split the forward, to time it
+     * against the fused one: the split's second half is a kernel of
+     * nsa_fwd_warp's named as the fused one, and its first half runs the
+     * top-k. Set before this family's build threads start. */
+    const bool split = family == TF_NSA_FWD_SPLIT || family == TF_NSA_FWD_SPLIT_SWA;
+    if (split && (family == TF_NSA_FWD_SPLIT_SWA) != (o->window > 0)) {
+        fprintf(stderr, "clnsa tune: %s: times the forward %s the sliding window: --window %s (skipped)\n", f->name,
+                o->window > 0 ? "without" : "with", o->window > 0 ? "0" : "> 0");
+        return 1;
+    }
+    setenv("CLNSA_FUSED_TOPK", family == TF_NSA_FWD_FUSED_WARP || split ? "1" : "0", 1);
+    if (split) unsetenv("CLNSA_SPLIT_FWD");
+    else setenv("CLNSA_SPLIT_FWD", "0", 1);
     if (no_slc) setenv("CLNSA_CMP_TILE", "1", 1); /* the family of the tiled program only */
     tune_problem pb = {.dk = o->D, .dv = o->DV, .g = o->G, .block = o->block, .dtype = cli_dtype_from_choice(o->dtype), .S = o->S,
                        .cmp_block = o->block, .cmp_stride = o->block, .slc = !no_slc, .cmp_tile = no_slc,
@@ -382,7 +402,9 @@ static int tune_family_in(const cli_env *env, const tune_opts *o, int family, do
         fprintf(stderr, "clnsa tune: %s: even the smallest tiles do not fit this device\n", f->name);
         return -1;
     }
-    fr->c = make_candidates(env->info, family, &pb, safe, o->budget, (uint64_t)o->seed * 7919u + (uint64_t)family,
+    tune_family values = *f;
+    if (f->dispatch) dispatch_values(o, &values.params[0]);
+    fr->c = make_candidates(env->info, family, &values, &pb, safe, o->budget, (uint64_t)o->seed * 7919u + (uint64_t)family,
                             &fr->n, &fr->space, &fr->unfit);
     if (!fr->c) return -1;
     /* setups[0]: the check, at --verify-T (at most the shortest length); then one a timed length */
@@ -567,19 +589,23 @@ static const char *const family_names = "nsa_fwd, nsa_bwd_pre, nsa_bwd_dq, nsa_t
                                         "blocksparse_fwd, blocksparse_bwd (blocksparse: both), nsa_fwd_warp, "
                                         "nsa_fwd_cmp_warp, nsa_fwd_cmp_tile_warp, nsa_fwd_fused_warp, nsa_bwd_pre_warp, nsa_topk_warp, "
                                         "nsa_bwd_dq_warp, nsa_bwd_dq_recompute_warp, nsa_bwd_dkdv_warp, "
-                                        "blocksparse_fwd_warp, blocksparse_bwd_warp (warp: these eleven, the tensor-core "
-                                        "path, where the device runs it for --dtype); all: every one";
+                                        "blocksparse_fwd_warp, blocksparse_bwd_warp, nsa_fwd_split, nsa_fwd_split_swa (warp: these "
+                                        "thirteen, the tensor-core path, where the device runs it for --dtype); all: every one. "
+                                        "nsa_fwd_split (--window 0) and nsa_fwd_split_swa (--window > 0) are no kernel's tiles "
+                                        "but the length from which the forward splits (MIN_T): each tries every --T "
+                                        "and never, so give lengths around the crossover (--T 8192,10240,12288,16384,24576)";
 
 static void usage(FILE *f, const cli_opt *opts, size_t n)
 {
     fprintf(f, "usage: clnsa tune --family F[,F...] [options]\n"
-               "       clnsa tune --merge a.json [b.json ...] --into DIR\n\n"
+               "       clnsa tune --merge a.json [b.json ...] --into DIR [--partial]\n\n"
                "Searches a kernel family's parameters on a device for a shape class (head dims, GQA group,\n"
                "selection block, dtype) and writes the best as a tuning file, which the library reads as it is\n"
                "(CLNSA_TUNING_FILE=FILE, or clnsa_context_options.tuning_file). Every candidate's output is\n"
                "checked against the safe default's before it is timed. Families: %s.\n"
                "--merge folds tuning files into DIR/<vendor>.json (the repo's tuning/), with per-architecture\n"
-               "defaults: the configuration of least mean relative time across the architecture's devices.\n\n",
+               "defaults: the configuration of least mean relative time across the architecture's devices.\n"
+               "It refuses a result whose search --max-seconds cut short, unless --partial.\n\n",
             family_names);
     cli_print_opts(f, opts, n);
 }
@@ -624,7 +650,7 @@ int cmd_tune(int argc, char **argv)
         {"--G", OPT_INT, &o.G, 1, 256, NULL, "N", "GQA group: query heads per KV head (default 16)"},
         {"--block", OPT_INT, &o.block, 1, 4096, NULL, "N", "selection block = compression block and stride (default 64)"},
         {"--dtype", OPT_CHOICE, &o.dtype, 0, 0, "f32|f16|bf16", NULL, "storage dtype (default bf16)"},
-        {"--T", OPT_STRING, &o.Ts, 0, 0, NULL, "LIST", "tokens of the timed runs, comma-separated: at most 4 lengths, each weighed alike (default 4096)"},
+        {"--T", OPT_STRING, &o.Ts, 0, 0, NULL, "LIST", "tokens of the timed runs, comma-separated: at most 6 lengths, each weighed alike (default 4096)"},
         {"--H", OPT_INT, &o.H, 1, 256, NULL, "N", "KV heads of the timed runs (default 4)"},
         {"--S", OPT_INT, &o.S, 1, 256, NULL, "N", "selected blocks per query (default 16)"},
         {"--window", OPT_INT, &o.window, 0, 1 << 20, NULL, "N", "sliding window, 0 = off (default 512)"},

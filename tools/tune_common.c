@@ -35,7 +35,9 @@ const char *tune_params_str(const tune_family *f, const int *v, char *buf, size_
     size_t n = 0;
     buf[0] = '\0';
     for (int i = 0; i < f->nparams && n < size; ++i)
-        n += (size_t)snprintf(buf + n, size - n, "%s%s=%d", i ? " " : "", f->params[i].name, v[i]);
+        n += (size_t)(f->dispatch && v[i] == TUNE_SPLIT_NEVER
+                          ? snprintf(buf + n, size - n, "%s%s=never", i ? " " : "", f->params[i].name)
+                          : snprintf(buf + n, size - n, "%s%s=%d", i ? " " : "", f->params[i].name, v[i]));
     return buf;
 }
 
@@ -310,13 +312,16 @@ static int merge_vendor(const char *dir, const char *vendor, const js_value *inp
     return rc;
 }
 
-/* A result whose search --max-seconds cut short still merges, with a word. */
-static void warn_cut_short(const char *file, const js_value *e)
+/* A result whose search --max-seconds cut short is refused: a candidate it
+ * never reached may be the best. --partial merges it, with a word. */
+static bool cut_short_refused(const char *file, const js_value *e, bool partial)
 {
     long skipped;
-    if (js_int(js_get(js_get(e, "tuned_with"), "skipped"), 1, 1L << 30, &skipped))
-        fprintf(stderr, "clnsa tune --merge: %s: %s on %s: %ld candidates were not reached (--max-seconds); merged from those timed\n",
-                file, str_or_wild(e, "family"), str_or_wild(e, "device"), skipped);
+    if (!js_int(js_get(js_get(e, "tuned_with"), "skipped"), 1, 1L << 30, &skipped)) return false;
+    fprintf(stderr, "clnsa tune --merge: %s: %s on %s: %ld candidates were not reached (--max-seconds)%s\n", file,
+            str_or_wild(e, "family"), str_or_wild(e, "device"), skipped,
+            partial ? "; merged from those timed (--partial)" : ": refused (tune again with more time, or --partial)");
+    return !partial;
 }
 
 int tune_merge(int argc, char **argv)
@@ -324,12 +329,15 @@ int tune_merge(int argc, char **argv)
     const char *dir = NULL;
     js_value inputs = {.type = JS_ARRAY};
     int rc = 0;
+    bool partial = false;
+    for (int i = 3; i < argc; ++i) partial = partial || strcmp(argv[i], "--partial") == 0;
     for (int i = 3; i < argc && rc == 0; ++i) {
         if (strcmp(argv[i], "--into") == 0) {
             if (i + 1 >= argc) break;
             dir = argv[++i];
             continue;
         }
+        if (strcmp(argv[i], "--partial") == 0) continue;
         js_value doc;
         char err[512];
         if (!js_parse_file(argv[i], &doc, err, sizeof err)) {
@@ -350,15 +358,16 @@ int tune_merge(int argc, char **argv)
             if (tune_family_find(str_or_wild(x, "family")) < 0 || !js_get(x, "params") || !js_get(x, "shape")) {
                 fprintf(stderr, "clnsa tune --merge: %s: entry %zu: expected family, shape and params\n", argv[i], j);
                 rc = -1;
+            } else if (cut_short_refused(argv[i], x, partial)) {
+                rc = -1;
             } else if (js_copy(x, &c)) {
-                warn_cut_short(argv[i], x);
                 js_array_push(&inputs, c);
             }
         }
         js_free(&doc);
     }
     if (rc == 0 && (!dir || !inputs.count)) {
-        fprintf(stderr, "usage: clnsa tune --merge a.json [b.json ...] --into DIR (with at least one device entry)\n");
+        fprintf(stderr, "usage: clnsa tune --merge a.json [b.json ...] --into DIR [--partial] (with at least one device entry)\n");
         js_free(&inputs);
         return CLI_USAGE;
     }

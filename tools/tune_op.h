@@ -11,7 +11,7 @@
 
 /* clnsa tune's options (cmd_tune.c reads them): the timed lengths T[0 ..
  * nT-1] from the list Ts. */
-#define TUNE_MAX_T 4
+#define TUNE_MAX_T 6 /* nsa_fwd_split tries each and never: at most 8 values (tune_param) */
 typedef struct {
     int D, DV, G, H, block, S, dtype, window, budget, seed, repeat, verify_T, jobs, max_seconds;
     int T[TUNE_MAX_T], nT;

@@ -271,20 +271,14 @@ static clnsa_status plan_attn(clnsa_context *ctx, op_plan *p, const nsa_problem 
  * into o or the caller's o_cmp: within the storage type's range whatever
  * the gates, f16's too), the top-k, then the forward given the selection,
  * which adds g_cmp times it to its branches (ADD_PARTIAL). On Hopper the
- * first two are one warpgroup kernel (nsa_cmp_topk_wgmma.cl). At the
- * anchor's shape on the H200 (2026-11-30, window 0, forward-only runs) the
- * split took 1.85 / 3.90 / 19.2 ms at T 8k / 16k / 64k against the fused
- * warp kernel's 1.79 / 3.97 / 24.3: its kernel takes the compressed branch
- * and the top-k in 5.3 ms at 64k, but loses the overlap of the selected
- * branch with them that the fused kernel has, which wins at 8k. Between
- * (2026-12-01, median of 5): 1.817 / 2.309 / 2.807 / 3.838 ms at T 8k /
- * 10k / 12k / 16k against 1.772 / 2.282 / 2.815 / 3.939, level at 12k,
- * whence SPLIT_MIN_T. Elsewhere
- * the split runs the warp kernels, only when CLNSA_SPLIT_FWD=1 asks (tests,
- * comparisons), which also forces it at any T; CLNSA_SPLIT_FWD=0 turns it
- * off. */
+ * first two are one warpgroup kernel (nsa_cmp_topk_wgmma.cl), elsewhere the
+ * warp kernels. It loses the overlap of the selected branch with them that
+ * the fused kernel has, which wins at short lengths: it runs from the
+ * length the tuning database names (MIN_T of nsa_fwd_split, or with the
+ * window nsa_fwd_split_swa: on the H200 12k and 16k, 2026-12-01,
+ * tuning/README.md), never where it names none. CLNSA_SPLIT_FWD=1 forces
+ * it at any T, CLNSA_SPLIT_FWD=0 turns it off (comparisons). */
 typedef enum { SPLIT_NONE, SPLIT_WARP, SPLIT_WGMMA } split_mode;
-#define SPLIT_MIN_T 12288
 
 /* The shapes nsa_cmp_topk_wgmma.cl is written for (its #error line), on a
  * device that runs it, in a forward that runs the compressed branch and
@@ -319,14 +313,17 @@ static bool cmp_topk_wgmma_fits(const clnsa_context *ctx, const nsa_problem *pb,
     return true;
 }
 
-static split_mode choose_split(const clnsa_context *ctx, const nsa_problem *pb, const clnsa_nsa_inputs *in,
+static split_mode choose_split(clnsa_context *ctx, const nsa_problem *pb, const clnsa_nsa_inputs *in,
                                const clnsa_nsa_outputs *out, const clnsa_tensor *kc, const clnsa_tensor *vc)
 {
     const int asked = cx_env_int("CLNSA_SPLIT_FWD", -1);
     if (!pb->has_cmp || !pb->run_topk || pb->warp == WARP_OFF || asked == 0) return SPLIT_NONE;
-    const bool wgmma = cmp_topk_wgmma_fits(ctx, pb, in, out, kc, vc);
-    if (asked == 1) return wgmma ? SPLIT_WGMMA : SPLIT_WARP;
-    return wgmma && pb->T >= SPLIT_MIN_T ? SPLIT_WGMMA : SPLIT_NONE;
+    const tune_problem tp = nsa_tune_problem(pb);
+    tune_choice from;
+    if (asked != 1 && (tune_choose(ctx, pb->has_swa ? TF_NSA_FWD_SPLIT_SWA : TF_NSA_FWD_SPLIT, &tp, &from) != CLNSA_SUCCESS ||
+                       pb->T < from.v[0]))
+        return SPLIT_NONE;
+    return cmp_topk_wgmma_fits(ctx, pb, in, out, kc, vc) ? SPLIT_WGMMA : SPLIT_WARP;
 }
 
 /* nsa_cmp_topk_wgmma.cl: nsa_cmp_tiles writes the image of the compressed

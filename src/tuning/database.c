@@ -109,7 +109,7 @@ static bool try_entries(const clnsa_context *ctx, const tune_entry *entries, siz
                 if (strcmp(e->family, f->name) != 0 || entry_level(e, &ctx->info) != level ||
                     shape_match(e, pb, sibling) != named)
                     continue;
-                int v[TUNE_MAX_PARAMS];
+                int v[TUNE_MAX_PARAMS] = {0};
                 if (!entry_values(e, f, v) || !tune_fits(&ctx->info, family, v, pb, false, NULL, 0)) continue;
                 memcpy(out->v, v, sizeof v);
                 out->source = user ? TUNE_SRC_USER : level == 0 ? TUNE_SRC_DEVICE : level == 1 ? TUNE_SRC_ARCH : TUNE_SRC_VENDOR;
@@ -155,8 +155,9 @@ clnsa_status tune_choose(clnsa_context *ctx, int family, const tune_problem *pb,
     }
     const tune_family *f = &tune_families[family];
     const bool tiles_fixed = f->tile_env[0] != NULL;
-    const bool env = tiles_fixed ? getenv(f->tile_env[0]) || getenv(f->tile_env[1])
-                                 : getenv("CLNSA_TUNE_WG") || getenv("CLNSA_TUNE_TK");
+    const bool env = f->dispatch  ? false
+                     : tiles_fixed ? getenv(f->tile_env[0]) || getenv(f->tile_env[1])
+                                   : getenv("CLNSA_TUNE_WG") || getenv("CLNSA_TUNE_TK");
     if (!env) {
         const tune_file *uf = ctx->tuning;
         char origin[300] = "";
@@ -245,10 +246,10 @@ static bool load_entry(tune_file *f, const js_value *e, tune_entry *out, char *m
     }
     for (size_t i = 0; i < params->count; ++i) {
         long n;
-        const int pi = tune_param_find(fam, params->keys[i]);
-        if (pi < 0 || !js_int(&params->items[i], 1, 65536, &n)) {
-            snprintf(msg, size, "params.%s: %s", params->keys[i],
-                     pi < 0 ? "not a parameter of this family" : "expected an integer in 1..65536");
+        const int pi = tune_param_find(fam, params->keys[i]), most = tune_param_max(fam);
+        if (pi < 0 || !js_int(&params->items[i], 1, most, &n)) {
+            if (pi < 0) snprintf(msg, size, "params.%s: not a parameter of this family", params->keys[i]);
+            else snprintf(msg, size, "params.%s: expected an integer in 1..%d", params->keys[i], most);
             return false;
         }
         out->names[out->nparams] = fam->params[pi].name;

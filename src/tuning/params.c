@@ -336,6 +336,23 @@ static void dq_warp_start(int *v, const tune_problem *pb, const clnsa_device_inf
     v[1] = 32;
 }
 
+/* The forward's path: no local memory. The safe default never splits: the
+ * split has been measured ahead only on Hopper, whose crossovers the
+ * database holds. */
+static size_t no_local_bytes(const int *v, const tune_problem *pb)
+{
+    (void)v;
+    (void)pb;
+    return 0;
+}
+
+static void split_start(int *v, const tune_problem *pb, const clnsa_device_info *info)
+{
+    (void)pb;
+    (void)info;
+    v[0] = TUNE_SPLIT_NEVER;
+}
+
 /* ------------------------------------------------------------ the table */
 
 #define WG_PARAM {"WG", {32, 64, 128, 256, 512}, 5, false}
@@ -354,6 +371,9 @@ static void dq_warp_start(int *v, const tune_problem *pb, const clnsa_device_inf
  * shrinks its warps. */
 #define WARP_KC_FAMILY(name, kernel, bytes, start) \
     {name, kernel, 2, {WARP_WG_PARAM, KC_PARAM}, 0, {{0}}, 1, {{SHRINK_HALVE, 0, 0, 32}}, bytes, start}
+
+#define SPLIT_FAMILY(name) \
+    {name, "*", 1, {{"MIN_T", {0}, 0, false}}, 0, {{0}}, 0, {{0}}, no_local_bytes, split_start, {NULL, NULL}, true}
 
 const tune_family tune_families[TF_COUNT] = {
     [TF_NSA_FWD] = ATTN_FAMILY("nsa_fwd", fwd_bytes, 1),
@@ -417,6 +437,13 @@ const tune_family tune_families[TF_COUNT] = {
                         {{SHRINK_HALVE, 1, 0, 16}}, bs_fwd_warp_bytes, warp_start},
     [TF_BS_BWD_WARP] = {"blocksparse_bwd_warp", "bs_bwd_dkdv,bs_bwd_dq", 1, {WARP_WG_PARAM}, 0, {{0}}, 1,
                         {{SHRINK_HALVE, 0, 0, 32}}, bs_bwd_warp_bytes, warp_start},
+    /* MIN_T: the forward splits (the compressed branch and the top-k, then
+     * the selected branch) from this length on. No values: the tuner tries
+     * the lengths it times, and TUNE_SPLIT_NEVER. With the window the fused
+     * forward holds on longer (the H200: 12k without it, 16k with it), so
+     * each has its family. */
+    [TF_NSA_FWD_SPLIT] = SPLIT_FAMILY("nsa_fwd_split"),
+    [TF_NSA_FWD_SPLIT_SWA] = SPLIT_FAMILY("nsa_fwd_split_swa"),
 };
 
 int tune_family_find(const char *name)
@@ -425,6 +452,8 @@ int tune_family_find(const char *name)
         if (strcmp(tune_families[i].name, name) == 0) return i;
     return -1;
 }
+
+int tune_param_max(const tune_family *f) { return f->dispatch ? TUNE_SPLIT_NEVER : 65536; }
 
 int tune_param_find(const tune_family *f, const char *name)
 {
@@ -446,13 +475,15 @@ bool tune_fits(const clnsa_device_info *info, int family, int *v, const tune_pro
     const tune_family *f = &tune_families[family];
     char dummy[8];
     if (!why) why = dummy, why_size = sizeof dummy;
+    const int most = tune_param_max(f);
     for (int i = 0; i < f->nparams; ++i) {
-        if (v[i] < 1 || v[i] > 65536) {
-            snprintf(why, why_size, "%s=%d is out of 1..65536", f->params[i].name, v[i]);
+        if (v[i] < 1 || v[i] > most) {
+            snprintf(why, why_size, "%s=%d is out of 1..%d", f->params[i].name, v[i], most);
             return false;
         }
         if (f->params[i].clamp_to_g && v[i] > pb->g) v[i] = pb->g;
     }
+    if (f->dispatch) return true;
     const size_t wg = (size_t)v[0], mult = info->preferred_wg_multiple;
     if (wg > info->max_work_group_size) {
         snprintf(why, why_size, "work-group size %zu > the device's %zu", wg, info->max_work_group_size);

@@ -47,6 +47,8 @@ typedef enum {
     TF_NSA_DKDV_WARP, /* nsa_bwd_dkdv_warp.cl (WG: 16 keys per warp) */
     TF_BS_FWD_WARP,   /* blocksparse_fwd_warp.cl (WG: 16 query rows per warp, BK) */
     TF_BS_BWD_WARP,   /* blocksparse_bwd_warp.cl: dk/dv, dq (WG: square tiles of 16 tokens per warp) */
+    TF_NSA_FWD_SPLIT, /* the forward's path (MIN_T: the length from which it splits, nsa_fwd.c's choose_split) */
+    TF_NSA_FWD_SPLIT_SWA, /* the same for a forward with the sliding window */
     TF_COUNT
 } tune_family_id;
 
@@ -112,13 +114,23 @@ typedef struct {
      * CLNSA_TUNE_WG then replaces only the chosen work-group size, so that it
      * cannot change a gradient's summation order. */
     const char *tile_env[2];
+    /* A choice of the op's path, not a kernel's tiles: param 0 is no
+     * work-group size and takes no local memory; the tuner times the whole
+     * op ("*" as the kernel) and tries the lengths it times as the values. */
+    bool dispatch;
 } tune_family;
+
+/* nsa_fwd_split's (and nsa_fwd_split_swa's) MIN_T that never splits. */
+#define TUNE_SPLIT_NEVER (1 << 30)
 
 extern const tune_family tune_families[TF_COUNT];
 /* Index of a family by name, or -1. */
 int tune_family_find(const char *name);
 /* Index of a parameter of a family by name, or -1. */
 int tune_param_find(const tune_family *f, const char *name);
+/* The largest value of a family's parameters: 65536, a length
+ * (TUNE_SPLIT_NEVER) for a dispatch family. */
+int tune_param_max(const tune_family *f);
 
 /* Is this candidate usable on the device? Clamps head tiles to G first.
  * `search` adds the tuner's register heuristics. On false, `why` says what

@@ -7,7 +7,7 @@ src/tuning/tuning.h) from the JSON files in tuning/.
 Each file is {"clnsa_tuning": 1, "entries": [...]}, as `clnsa tune` writes and
 `clnsa tune --merge` folds; an entry is
     {"vendor": "pocl", "architecture": "cpu", "device": "...", "family": "nsa_fwd",
-     "shape": {"dk": 128, "dv": 128, "g": 16, "block": 64, "dtype": "bf16"},
+     "shape": {"dk": 128, "dv": 128, "g": 16, "block": 64, "dtype": "bf16", "window": "off"},
      "params": {"WG": 128, "GT": 16, "TK": 32}, ...}
 where "*" (or a missing key) is a wildcard; other keys (timings, the tuner's
 results) are kept in the files and ignored here. Family and parameter names are
@@ -23,9 +23,10 @@ import sys
 VENDORS = {"nvidia", "amd", "intel", "pocl", "mesa", "other", "*"}
 DTYPES = {"f32": "CLNSA_DTYPE_F32", "f16": "CLNSA_DTYPE_F16", "bf16": "CLNSA_DTYPE_BF16", "*": "CLNSA_DTYPE_INVALID"}
 MAX_PARAMS = 4
+WINDOWS = {"on": "TUNE_WINDOW_ON", "off": "TUNE_WINDOW_OFF", "*": "TUNE_WINDOW_ANY"}
 # Families whose parameter is a length, not a tile (src/tuning/params.c's
 # tune_param_max: TUNE_SPLIT_NEVER).
-PARAM_MAX = {"nsa_fwd_split": 1 << 30, "nsa_fwd_split_swa": 1 << 30}
+PARAM_MAX = {"nsa_fwd_split": 1 << 30}
 
 
 def c_str(s):
@@ -63,6 +64,9 @@ def entry_row(where, e):
     dtype = shape.get("dtype", "*")
     if dtype not in DTYPES:
         fail(where, f"shape.dtype: expected one of {sorted(DTYPES)}")
+    window = shape.get("window", "*")
+    if window not in WINDOWS:
+        fail(where, f"shape.window: expected one of {sorted(WINDOWS)}")
     params = e.get("params")
     if not isinstance(params, dict) or not 1 <= len(params) <= MAX_PARAMS:
         fail(where, f"params: expected an object of 1..{MAX_PARAMS} parameters")
@@ -73,7 +77,8 @@ def entry_row(where, e):
     names = ", ".join(c_str(k) for k in params)
     values = ", ".join(str(v) for v in params.values())
     return (f"    {{{c_str(vendor)}, {c_str(e.get('architecture'))}, {c_str(e.get('device'))}, {c_str(family)}, "
-            f"{dims[0]}, {dims[1]}, {dims[2]}, {dims[3]}, {DTYPES[dtype]}, {len(params)}, {{{names}}}, {{{values}}}}},")
+            f"{dims[0]}, {dims[1]}, {dims[2]}, {dims[3]}, {DTYPES[dtype]}, {len(params)}, {{{names}}}, {{{values}}}, "
+            f"{WINDOWS[window]}}},")
 
 
 def main():

@@ -210,16 +210,14 @@ static void test_dtype_sibling(void **state)
     clnsa_context_destroy(ctx);
 }
 
-/* nsa_fwd_split's MIN_T (nsa_fwd_split_swa's with the window), a length
- * and no tiles: never by default; a user file's entry is taken whatever
- * CLNSA_TUNE_WG says (no work-group size); "never" (TUNE_SPLIT_NEVER) is a
- * value; 0, a larger one or a work-group size fail the file. */
+/* nsa_fwd_split's MIN_T, a length and no tiles: never by default; a user
+ * file's entry is taken whatever CLNSA_TUNE_WG says (no work-group size);
+ * "never" (TUNE_SPLIT_NEVER) is a value; 0, a larger one or a work-group
+ * size fail the file. */
 static void test_split_length(void **state)
 {
     (void)state;
     tune_choice c = choose(env.ctx, TF_NSA_FWD_SPLIT, &other);
-    expect(&c, TUNE_SRC_DEFAULT, TUNE_SPLIT_NEVER, 0, 0);
-    c = choose(env.ctx, TF_NSA_FWD_SPLIT_SWA, &other);
     expect(&c, TUNE_SRC_DEFAULT, TUNE_SPLIT_NEVER, 0, 0);
     char text[1024];
     snprintf(text, sizeof text,
@@ -243,6 +241,43 @@ static void test_split_length(void **state)
                  bad[i]);
         context_with(write_file("split_bad.json", text), CLNSA_ERROR_INVALID_ARGUMENT);
     }
+}
+
+/* The shape's window ranks without excluding: with entries for the window
+ * on, off and unnamed, each problem takes its own; with only the other
+ * window's entry it takes that one, and the unnamed one before it; among
+ * entries that name fewer fields, the window comes after the fields. A
+ * window other than "on", "off" or "*" fails the file. */
+static void test_window_rank(void **state)
+{
+    (void)state;
+    const char *all = "{\"clnsa_tuning\": 1, \"entries\": [\n"
+                      " {\"family\": \"nsa_bwd_pre\", \"shape\": {\"dk\": 24, \"window\": \"on\"}, \"params\": {\"WG\": 16, \"GT\": 1, \"TK\": 8}},\n"
+                      " {\"family\": \"nsa_bwd_pre\", \"shape\": {\"dk\": 24, \"window\": \"off\"}, \"params\": {\"WG\": 32, \"GT\": 1, \"TK\": 8}},\n"
+                      " {\"family\": \"nsa_bwd_pre\", \"shape\": {\"dk\": 24}, \"params\": {\"WG\": 64, \"GT\": 1, \"TK\": 8}},\n"
+                      " {\"family\": \"nsa_bwd_dq\", \"shape\": {\"dk\": 24, \"window\": \"off\"}, \"params\": {\"WG\": 16, \"GT\": 1, \"TK\": 8}},\n"
+                      " {\"family\": \"nsa_bwd_dq\", \"shape\": {\"dk\": 24, \"dv\": 16}, \"params\": {\"WG\": 32, \"GT\": 1, \"TK\": 8}},\n"
+                      " {\"family\": \"nsa_topk\", \"shape\": {\"dk\": 24, \"window\": \"off\"}, \"params\": {\"WG\": 16, \"GT\": 1, \"TK\": 8, \"JB\": 8}},\n"
+                      " {\"family\": \"nsa_topk\", \"shape\": {\"dk\": 24}, \"params\": {\"WG\": 32, \"GT\": 1, \"TK\": 8, \"JB\": 8}}\n]}\n";
+    clnsa_context *ctx = context_with(write_file("window.json", all), CLNSA_SUCCESS);
+    tune_problem on = other, off = other;
+    on.swa = true;
+    off.swa = false;
+    expect((const tune_choice[]){choose(ctx, TF_NSA_BWD_PRE, &on)}, TUNE_SRC_USER, 16, 1, 8);
+    expect((const tune_choice[]){choose(ctx, TF_NSA_BWD_PRE, &off)}, TUNE_SRC_USER, 32, 1, 8);
+    expect((const tune_choice[]){choose(ctx, TF_NSA_BWD_DQ, &off)}, TUNE_SRC_USER, 32, 1, 8); /* dv named first */
+    expect((const tune_choice[]){choose(ctx, TF_NSA_BWD_DQ, &on)}, TUNE_SRC_USER, 32, 1, 8);
+    expect((const tune_choice[]){choose(ctx, TF_NSA_TOPK, &on)}, TUNE_SRC_USER, 32, 1, 8);  /* unnamed before off */
+    expect((const tune_choice[]){choose(ctx, TF_NSA_TOPK, &off)}, TUNE_SRC_USER, 16, 1, 8);
+    clnsa_context_destroy(ctx);
+    const char *one = "{\"clnsa_tuning\": 1, \"entries\": [{\"family\": \"nsa_bwd_pre\", \"shape\": {\"window\": \"off\"}, "
+                      "\"params\": {\"WG\": 16, \"GT\": 1, \"TK\": 8}}]}";
+    ctx = context_with(write_file("window_off.json", one), CLNSA_SUCCESS);
+    expect((const tune_choice[]){choose(ctx, TF_NSA_BWD_PRE, &on)}, TUNE_SRC_USER, 16, 1, 8);
+    clnsa_context_destroy(ctx);
+    context_with(write_file("window_bad.json", "{\"clnsa_tuning\": 1, \"entries\": [{\"family\": \"nsa_bwd_pre\", "
+                                               "\"shape\": {\"window\": 512}, \"params\": {\"WG\": 16, \"GT\": 1, \"TK\": 8}}]}"),
+                 CLNSA_ERROR_INVALID_ARGUMENT);
 }
 
 /* A database entry that does not fit the device falls through to the safe
@@ -731,6 +766,7 @@ int main(void)
         cmocka_unit_test(test_lookup_order),
         cmocka_unit_test(test_dtype_sibling),
         cmocka_unit_test(test_split_length),
+        cmocka_unit_test(test_window_rank),
         cmocka_unit_test(test_database_entry_too_big),
         cmocka_unit_test(test_fused_counts_topk_scores),
         cmocka_unit_test(test_warp_v_tile_bytes),

@@ -36,11 +36,9 @@ const char *test_env_use_warp_path(test_env *env);
  * holding `entries` (JSON objects, comma-separated), for a test that needs
  * kernel parameters no database entry gives. Exits on failure. */
 clnsa_context *test_context_with_tuning(const test_env *env, const clnsa_context_options *base, const char *entries);
-/* Entries for it that split the NSA forward at every length, with the
+/* An entry for it that splits the NSA forward from a length on, with the
  * window or without (src/ops/nsa_fwd.c's choose_split). */
-#define TEST_TUNING_SPLIT_FROM(min_t)                                     \
-    "{\"family\": \"nsa_fwd_split\", \"params\": {\"MIN_T\": " #min_t "}},\n" \
-    "{\"family\": \"nsa_fwd_split_swa\", \"params\": {\"MIN_T\": " #min_t "}}"
+#define TEST_TUNING_SPLIT_FROM(min_t) "{\"family\": \"nsa_fwd_split\", \"params\": {\"MIN_T\": " #min_t "}}"
 #define TEST_TUNING_SPLIT_ALWAYS TEST_TUNING_SPLIT_FROM(1)
 
 /* A test executable whose tests share one device: defines `env` and the

@@ -363,22 +363,17 @@ static int tune_family_in(const cli_env *env, const tune_opts *o, int family, do
     }
     /* Only the fused forward's family runs the top-k inside the forward; the
      * others time the top-k as its own kernel (its JB comes from that
-     * family). Only the dispatch families split the forward, to time it
+     * family). Only the dispatch family splits the forward, to time it
      * against the fused one: the split's second half is a kernel of
      * nsa_fwd_warp's named as the fused one, and its first half runs the
      * top-k. Set before this family's build threads start. */
-    const bool split = family == TF_NSA_FWD_SPLIT || family == TF_NSA_FWD_SPLIT_SWA;
-    if (split && (family == TF_NSA_FWD_SPLIT_SWA) != (o->window > 0)) {
-        fprintf(stderr, "clnsa tune: %s: times the forward %s the sliding window: --window %s (skipped)\n", f->name,
-                o->window > 0 ? "without" : "with", o->window > 0 ? "0" : "> 0");
-        return 1;
-    }
+    const bool split = family == TF_NSA_FWD_SPLIT;
     setenv("CLNSA_FUSED_TOPK", family == TF_NSA_FWD_FUSED_WARP || split ? "1" : "0", 1);
     if (split) unsetenv("CLNSA_SPLIT_FWD");
     else setenv("CLNSA_SPLIT_FWD", "0", 1);
     if (no_slc) setenv("CLNSA_CMP_TILE", "1", 1); /* the family of the tiled program only */
     tune_problem pb = {.dk = o->D, .dv = o->DV, .g = o->G, .block = o->block, .dtype = cli_dtype_from_choice(o->dtype), .S = o->S,
-                       .cmp_block = o->block, .cmp_stride = o->block, .slc = !no_slc, .cmp_tile = no_slc,
+                       .cmp_block = o->block, .cmp_stride = o->block, .slc = !no_slc, .swa = o->window > 0, .cmp_tile = no_slc,
                        .branches = !no_slc + !no_cmp + (o->window > 0)};
     if (warp) {
         const warp_mode wm = device_warp_mode(env->ctx, pb.dtype);
@@ -589,11 +584,10 @@ static const char *const family_names = "nsa_fwd, nsa_bwd_pre, nsa_bwd_dq, nsa_t
                                         "blocksparse_fwd, blocksparse_bwd (blocksparse: both), nsa_fwd_warp, "
                                         "nsa_fwd_cmp_warp, nsa_fwd_cmp_tile_warp, nsa_fwd_fused_warp, nsa_bwd_pre_warp, nsa_topk_warp, "
                                         "nsa_bwd_dq_warp, nsa_bwd_dq_recompute_warp, nsa_bwd_dkdv_warp, "
-                                        "blocksparse_fwd_warp, blocksparse_bwd_warp, nsa_fwd_split, nsa_fwd_split_swa (warp: these "
-                                        "thirteen, the tensor-core path, where the device runs it for --dtype); all: every one. "
-                                        "nsa_fwd_split (--window 0) and nsa_fwd_split_swa (--window > 0) are no kernel's tiles "
-                                        "but the length from which the forward splits (MIN_T): each tries every --T "
-                                        "and never, so give lengths around the crossover (--T 8192,10240,12288,16384,24576)";
+                                        "blocksparse_fwd_warp, blocksparse_bwd_warp, nsa_fwd_split (warp: these twelve, the tensor-core "
+                                        "path, where the device runs it for --dtype); all: every one. nsa_fwd_split is no "
+                                        "kernel's tiles but the length from which the forward splits (MIN_T): it tries every "
+                                        "--T and never, so give lengths around the crossover (--T 8192,10240,12288,16384,24576)";
 
 static void usage(FILE *f, const cli_opt *opts, size_t n)
 {

@@ -27,6 +27,7 @@ js_value tune_shape_json(const tune_problem *pb)
     js_object_set(&o, "g", js_make_number(pb->g));
     js_object_set(&o, "block", pb->block ? js_make_number(pb->block) : js_make_string("*"));
     js_object_set(&o, "dtype", js_make_string(clnsa_dtype_name(pb->dtype)));
+    if (pb->block) js_object_set(&o, "window", js_make_string(pb->swa ? "on" : "off")); /* NSA: timed with it or without */
     return o;
 }
 
@@ -66,7 +67,8 @@ int tune_write_file(const char *path, const js_value *entries)
 
 static void print_shape(const cli_env *env, const tune_problem *pb, const char *what)
 {
-    printf("  shape D=%d DV=%d G=%d block=%d %s (%s):\n", pb->dk, pb->dv, pb->g, pb->block, clnsa_dtype_name(pb->dtype), what);
+    printf("  shape D=%d DV=%d G=%d block=%d %s, window %s (%s):\n", pb->dk, pb->dv, pb->g, pb->block,
+           clnsa_dtype_name(pb->dtype), pb->swa ? "on" : "off", what);
     for (int f = 0; f < TF_COUNT; ++f) {
         tune_choice c;
         char p[96];
@@ -80,7 +82,8 @@ static void print_shape(const cli_env *env, const tune_problem *pb, const char *
 
 static bool same_shape(const tune_problem *a, const tune_problem *b)
 {
-    return a->dk == b->dk && a->dv == b->dv && a->g == b->g && a->block == b->block && a->dtype == b->dtype;
+    return a->dk == b->dk && a->dv == b->dv && a->g == b->g && a->block == b->block && a->dtype == b->dtype &&
+           a->swa == b->swa;
 }
 
 /* The shape classes the entries name for this device (wildcards from pb). */
@@ -95,6 +98,7 @@ static int add_shapes(const cli_env *env, const tune_entry *e, size_t n, const t
         if (e[i].g) s.g = e[i].g;
         if (e[i].block) s.block = s.cmp_block = s.cmp_stride = e[i].block;
         if (e[i].dtype) s.dtype = e[i].dtype;
+        if (e[i].window != TUNE_WINDOW_ANY) s.swa = e[i].window == TUNE_WINDOW_ON;
         bool dup = same_shape(&s, pb);
         for (int j = 0; j < count && !dup; ++j) dup = same_shape(&s, &shapes[j]);
         if (!dup) shapes[count++] = s;

@@ -78,7 +78,7 @@ static inline tune_problem nsa_tune_problem(const nsa_problem *pb)
     tune_problem t = {.dk = pb->DK, .dv = pb->DV, .g = pb->G, .block = pb->cfg.block_size, .dtype = pb->dtype, .S = pb->S,
                       .cmp_block = pb->cfg.cmp_block, .cmp_stride = pb->cfg.cmp_stride,
                       .warp_emulated = pb->warp == WARP_EMULATED, .fused_jb = pb->fused_topk ? pb->topk_jb : 0,
-                      .slc = pb->has_slc, .branches = pb->has_cmp + pb->has_slc + pb->has_swa, .cmp_tile = pb->cmp_tile};
+                      .slc = pb->has_slc, .swa = pb->has_swa, .branches = pb->has_cmp + pb->has_slc + pb->has_swa, .cmp_tile = pb->cmp_tile};
     return t;
 }
 

@@ -274,9 +274,9 @@ static clnsa_status plan_attn(clnsa_context *ctx, op_plan *p, const nsa_problem 
  * first two are one warpgroup kernel (nsa_cmp_topk_wgmma.cl), elsewhere the
  * warp kernels. It loses the overlap of the selected branch with them that
  * the fused kernel has, which wins at short lengths: it runs from the
- * length the tuning database names (MIN_T of nsa_fwd_split, or with the
- * window nsa_fwd_split_swa: on the H200 12k and 16k, 2026-12-01,
- * tuning/README.md), never where it names none. CLNSA_SPLIT_FWD=1 forces
+ * length the tuning database names (nsa_fwd_split's MIN_T: on the H200
+ * 12k, and 16k with the window, 2026-12-01, tuning/README.md), never where
+ * it names none. CLNSA_SPLIT_FWD=1 forces
  * it at any T, CLNSA_SPLIT_FWD=0 turns it off (comparisons). */
 typedef enum { SPLIT_NONE, SPLIT_WARP, SPLIT_WGMMA } split_mode;
 
@@ -320,8 +320,7 @@ static split_mode choose_split(clnsa_context *ctx, const nsa_problem *pb, const 
     if (!pb->has_cmp || !pb->run_topk || pb->warp == WARP_OFF || asked == 0) return SPLIT_NONE;
     const tune_problem tp = nsa_tune_problem(pb);
     tune_choice from;
-    if (asked != 1 && (tune_choose(ctx, pb->has_swa ? TF_NSA_FWD_SPLIT_SWA : TF_NSA_FWD_SPLIT, &tp, &from) != CLNSA_SUCCESS ||
-                       pb->T < from.v[0]))
+    if (asked != 1 && (tune_choose(ctx, TF_NSA_FWD_SPLIT, &tp, &from) != CLNSA_SUCCESS || pb->T < from.v[0]))
         return SPLIT_NONE;
     return cmp_topk_wgmma_fits(ctx, pb, in, out, kc, vc) ? SPLIT_WGMMA : SPLIT_WARP;
 }

@@ -73,6 +73,13 @@ static int shape_match(const tune_entry *e, const tune_problem *pb, bool sibling
     return e->dtype == (sibling ? dtype_sibling(pb->dtype) : pb->dtype) ? n + 1 : -1;
 }
 
+/* How well an entry's window fits the problem's: 2 named alike, 1 not
+ * named, 0 the other (tune_entry's window). */
+static int window_rank(const tune_entry *e, const tune_problem *pb)
+{
+    return e->window == TUNE_WINDOW_ANY ? 1 : e->window == (pb->swa ? TUNE_WINDOW_ON : TUNE_WINDOW_OFF) ? 2 : 0;
+}
+
 /* Values of the family's parameters from an entry (false if one is missing). */
 static bool entry_values(const tune_entry *e, const tune_family *f, int *v)
 {
@@ -90,24 +97,26 @@ static void describe(const tune_entry *e, const char *origin, char *buf, size_t 
     char dims[4][16];
     const int val[4] = {e->dk, e->dv, e->g, e->block};
     for (int i = 0; i < 4; ++i) snprintf(dims[i], sizeof dims[i], val[i] ? "%d" : "*", val[i]);
-    snprintf(buf, size, "%s %s/%s/%s, shape D=%s DV=%s G=%s block=%s %s", origin, wild(e->vendor) ? "*" : e->vendor,
+    static const char *const windows[] = {"", ", window off", ", window on"};
+    snprintf(buf, size, "%s %s/%s/%s, shape D=%s DV=%s G=%s block=%s %s%s", origin, wild(e->vendor) ? "*" : e->vendor,
              wild(e->arch) ? "*" : e->arch, wild(e->device) ? "*" : e->device, dims[0], dims[1], dims[2], dims[3],
-             e->dtype ? clnsa_dtype_name(e->dtype) : "*");
+             e->dtype ? clnsa_dtype_name(e->dtype) : "*", windows[e->window + 1]);
 }
 
 /* The first entry of `entries` that applies and fits, best first: device
  * before architecture before vendor, then the most shape fields named
- * (with `sibling`, among the entries of the other 16-bit type only). */
+ * (with `sibling`, among the entries of the other 16-bit type only), then
+ * the window (window_rank). */
 static bool try_entries(const clnsa_context *ctx, const tune_entry *entries, size_t count, int family,
                         const tune_problem *pb, bool sibling, const char *origin, bool user, tune_choice *out)
 {
     const tune_family *f = &tune_families[family];
     for (int level = 0; level < 3; ++level)
-        for (int named = 5; named >= 0; --named)
+        for (int rank = 5 * 3 + 2; rank >= 0; --rank)
             for (size_t i = 0; i < count; ++i) {
                 const tune_entry *e = &entries[i];
                 if (strcmp(e->family, f->name) != 0 || entry_level(e, &ctx->info) != level ||
-                    shape_match(e, pb, sibling) != named)
+                    shape_match(e, pb, sibling) * 3 + window_rank(e, pb) != rank)
                     continue;
                 int v[TUNE_MAX_PARAMS] = {0};
                 if (!entry_values(e, f, v) || !tune_fits(&ctx->info, family, v, pb, false, NULL, 0)) continue;
@@ -236,6 +245,14 @@ static bool load_entry(tune_file *f, const js_value *e, tune_entry *out, char *m
     out->dtype = dt ? dtype_from_name(js_str(dt)) : CLNSA_DTYPE_INVALID;
     if ((int)out->dtype < 0) {
         snprintf(msg, size, "shape.dtype: expected f32, f16, bf16 or \"*\"");
+        return false;
+    }
+    const js_value *w = js_get(shape, "window");
+    const char *ws = w ? js_str(w) : "*";
+    out->window = !ws ? -2 : wild(ws) ? TUNE_WINDOW_ANY : strcmp(ws, "on") == 0 ? TUNE_WINDOW_ON
+                                                       : strcmp(ws, "off") == 0 ? TUNE_WINDOW_OFF : -2;
+    if (out->window == -2) {
+        snprintf(msg, size, "shape.window: expected \"on\", \"off\" or \"*\"");
         return false;
     }
     const js_value *params = js_get(e, "params");

@@ -372,9 +372,6 @@ static void split_start(int *v, const tune_problem *pb, const clnsa_device_info 
 #define WARP_KC_FAMILY(name, kernel, bytes, start) \
     {name, kernel, 2, {WARP_WG_PARAM, KC_PARAM}, 0, {{0}}, 1, {{SHRINK_HALVE, 0, 0, 32}}, bytes, start}
 
-#define SPLIT_FAMILY(name) \
-    {name, "*", 1, {{"MIN_T", {0}, 0, false}}, 0, {{0}}, 0, {{0}}, no_local_bytes, split_start, {NULL, NULL}, true}
-
 const tune_family tune_families[TF_COUNT] = {
     [TF_NSA_FWD] = ATTN_FAMILY("nsa_fwd", fwd_bytes, 1),
     [TF_NSA_BWD_PRE] = ATTN_FAMILY("nsa_bwd_pre", pre_bytes, 1),
@@ -440,10 +437,10 @@ const tune_family tune_families[TF_COUNT] = {
     /* MIN_T: the forward splits (the compressed branch and the top-k, then
      * the selected branch) from this length on. No values: the tuner tries
      * the lengths it times, and TUNE_SPLIT_NEVER. With the window the fused
-     * forward holds on longer (the H200: 12k without it, 16k with it), so
-     * each has its family. */
-    [TF_NSA_FWD_SPLIT] = SPLIT_FAMILY("nsa_fwd_split"),
-    [TF_NSA_FWD_SPLIT_SWA] = SPLIT_FAMILY("nsa_fwd_split_swa"),
+     * forward holds on longer (the H200: 12k without it, 16k with it): the
+     * entries' shape names the window. */
+    [TF_NSA_FWD_SPLIT] = {"nsa_fwd_split", "*", 1, {{"MIN_T", {0}, 0, false}}, 0, {{0}}, 0, {{0}}, no_local_bytes,
+                          split_start, {NULL, NULL}, true},
 };
 
 int tune_family_find(const char *name)

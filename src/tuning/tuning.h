@@ -48,7 +48,6 @@ typedef enum {
     TF_BS_FWD_WARP,   /* blocksparse_fwd_warp.cl (WG: 16 query rows per warp, BK) */
     TF_BS_BWD_WARP,   /* blocksparse_bwd_warp.cl: dk/dv, dq (WG: square tiles of 16 tokens per warp) */
     TF_NSA_FWD_SPLIT, /* the forward's path (MIN_T: the length from which it splits, nsa_fwd.c's choose_split) */
-    TF_NSA_FWD_SPLIT_SWA, /* the same for a forward with the sliding window */
     TF_COUNT
 } tune_family_id;
 
@@ -61,6 +60,7 @@ typedef struct {
     bool warp_emulated;           /* warp families: emulated matrix operations (one warp per group) */
     int fused_jb; /* nsa_fwd_fused_warp: the top-k's JB, whose PC_MAX scores a warp holds too (0: not known) */
     bool slc;     /* NSA: the selected branch runs (the forward then reads V without a local tile) */
+    bool swa;     /* NSA: the sliding window runs (the shape class's "window") */
     int branches; /* NSA forward: the branches it runs; one keeps no sum in local memory (0: not known, counted as more) */
     bool cmp_tile; /* NSA forward: where it stages V without the top-k, its compressed branch reads a work-group's tile (CMP_TILE) */
 } tune_problem;
@@ -120,7 +120,7 @@ typedef struct {
     bool dispatch;
 } tune_family;
 
-/* nsa_fwd_split's (and nsa_fwd_split_swa's) MIN_T that never splits. */
+/* nsa_fwd_split's MIN_T that never splits. */
 #define TUNE_SPLIT_NEVER (1 << 30)
 
 extern const tune_family tune_families[TF_COUNT];
@@ -178,7 +178,15 @@ typedef struct {
     int nparams;
     const char *names[TUNE_MAX_PARAMS];
     int values[TUNE_MAX_PARAMS];
+    /* The shape's "window": TUNE_WINDOW_ANY, _OFF or _ON. Unlike the other
+     * fields it ranks and does not exclude: among the entries that name as
+     * many of the others, one of the problem's window comes first, then
+     * one that names none, then one of the other window (tuned only with
+     * or only without the window, an entry still serves both). */
+    int window;
 } tune_entry;
+
+enum { TUNE_WINDOW_ANY = -1, TUNE_WINDOW_OFF = 0, TUNE_WINDOW_ON = 1 };
 
 /* The built-in database (generated from tuning/ JSON files by scripts/gen_tuning_db.py). */
 extern const tune_entry clnsa_tuning_db[];

@@ -244,10 +244,13 @@ static void test_split_length(void **state)
 }
 
 /* The shape's window ranks without excluding: with entries for the window
- * on, off and unnamed, each problem takes its own; with only the other
- * window's entry it takes that one, and the unnamed one before it; among
- * entries that name fewer fields, the window comes after the fields. A
- * window other than "on", "off" or "*" fails the file. */
+ * on, off and unnamed, each problem takes its own; an unnamed one comes
+ * before the other window's, which is taken where it is the only one;
+ * among the entries of a window, the one naming more fields first; the
+ * other window's entry of this device after the problem's window's default
+ * of its architecture, and after the other 16-bit type's entry of the
+ * problem's window. A window other than "on", "off" or "*" fails the
+ * file. */
 static void test_window_rank(void **state)
 {
     (void)state;
@@ -274,6 +277,26 @@ static void test_window_rank(void **state)
                       "\"params\": {\"WG\": 16, \"GT\": 1, \"TK\": 8}}]}";
     ctx = context_with(write_file("window_off.json", one), CLNSA_SUCCESS);
     expect((const tune_choice[]){choose(ctx, TF_NSA_BWD_PRE, &on)}, TUNE_SRC_USER, 16, 1, 8);
+    clnsa_context_destroy(ctx);
+    const clnsa_device_info *info = clnsa_context_device_info(env.ctx);
+    char levels[2048];
+    snprintf(levels, sizeof levels,
+             "{\"clnsa_tuning\": 1, \"entries\": [\n"
+             " {\"vendor\": \"%s\", \"architecture\": \"%s\", \"device\": \"%s\", \"family\": \"nsa_bwd_pre\",\n"
+             "  \"shape\": {\"dk\": 24, \"dtype\": \"f16\", \"window\": \"on\"}, \"params\": {\"WG\": 16, \"GT\": 1, \"TK\": 8}},\n"
+             " {\"vendor\": \"%s\", \"architecture\": \"%s\", \"family\": \"nsa_bwd_pre\",\n"
+             "  \"shape\": {\"dk\": 24, \"dtype\": \"f16\", \"window\": \"off\"}, \"params\": {\"WG\": 32, \"GT\": 1, \"TK\": 8}},\n"
+             " {\"family\": \"nsa_bwd_dq\", \"shape\": {\"dk\": 24, \"dtype\": \"f16\", \"window\": \"off\"},\n"
+             "  \"params\": {\"WG\": 16, \"GT\": 1, \"TK\": 8}},\n"
+             " {\"family\": \"nsa_bwd_dq\", \"shape\": {\"dk\": 24, \"dtype\": \"bf16\", \"window\": \"on\"},\n"
+             "  \"params\": {\"WG\": 32, \"GT\": 1, \"TK\": 8}}\n]}\n",
+             tune_vendor_key(info->vendor), info->architecture, info->name, tune_vendor_key(info->vendor),
+             info->architecture);
+    ctx = context_with(write_file("window_levels.json", levels), CLNSA_SUCCESS);
+    expect((const tune_choice[]){choose(ctx, TF_NSA_BWD_PRE, &off)}, TUNE_SRC_USER, 32, 1, 8); /* the architecture's */
+    expect((const tune_choice[]){choose(ctx, TF_NSA_BWD_PRE, &on)}, TUNE_SRC_USER, 16, 1, 8);
+    expect((const tune_choice[]){choose(ctx, TF_NSA_BWD_DQ, &on)}, TUNE_SRC_USER, 32, 1, 8);
+    expect((const tune_choice[]){choose(ctx, TF_NSA_BWD_DQ, &off)}, TUNE_SRC_USER, 16, 1, 8);
     clnsa_context_destroy(ctx);
     context_with(write_file("window_bad.json", "{\"clnsa_tuning\": 1, \"entries\": [{\"family\": \"nsa_bwd_pre\", "
                                                "\"shape\": {\"window\": 512}, \"params\": {\"WG\": 16, \"GT\": 1, \"TK\": 8}}]}"),

@@ -106,17 +106,20 @@ static void describe(const tune_entry *e, const char *origin, char *buf, size_t 
 /* The first entry of `entries` that applies and fits, best first: device
  * before architecture before vendor, then the most shape fields named
  * (with `sibling`, among the entries of the other 16-bit type only), then
- * the window (window_rank). */
+ * the problem's window before none named; with `other_window`, among the
+ * entries of the other window only (window_rank 0). */
 static bool try_entries(const clnsa_context *ctx, const tune_entry *entries, size_t count, int family,
-                        const tune_problem *pb, bool sibling, const char *origin, bool user, tune_choice *out)
+                        const tune_problem *pb, bool sibling, bool other_window, const char *origin, bool user,
+                        tune_choice *out)
 {
     const tune_family *f = &tune_families[family];
     for (int level = 0; level < 3; ++level)
-        for (int rank = 5 * 3 + 2; rank >= 0; --rank)
+        for (int rank = 5 * 2 + 1; rank >= 0; --rank)
             for (size_t i = 0; i < count; ++i) {
                 const tune_entry *e = &entries[i];
+                const int w = window_rank(e, pb);
                 if (strcmp(e->family, f->name) != 0 || entry_level(e, &ctx->info) != level ||
-                    shape_match(e, pb, sibling) * 3 + window_rank(e, pb) != rank)
+                    (w == 0) != other_window || shape_match(e, pb, sibling) * 2 + (w == 2) != rank)
                     continue;
                 int v[TUNE_MAX_PARAMS] = {0};
                 if (!entry_values(e, f, v) || !tune_fits(&ctx->info, family, v, pb, false, NULL, 0)) continue;
@@ -172,13 +175,17 @@ clnsa_status tune_choose(clnsa_context *ctx, int family, const tune_problem *pb,
         char origin[300] = "";
         bool found = false;
         if (uf) snprintf(origin, sizeof origin, "user file %s:", uf->path);
-        /* the problem's own dtype in either source before the other 16-bit type's */
-        for (int sibling = 0; sibling < 2 && !found; ++sibling) {
-            if (uf) found = try_entries(ctx, uf->entries, uf->count, family, pb, sibling, origin, true, out);
-            if (!found)
-                found = try_entries(ctx, clnsa_tuning_db, clnsa_tuning_db_count, family, pb, sibling, "database", false,
-                                    out);
-        }
+        /* the problem's window (or none named) in either source and dtype
+         * before the other window's: tiles follow the window more than the
+         * dtype or the device (tuning/README.md); then the problem's own
+         * dtype in either source before the other 16-bit type's */
+        for (int other = 0; other < 2 && !found; ++other)
+            for (int sibling = 0; sibling < 2 && !found; ++sibling) {
+                if (uf) found = try_entries(ctx, uf->entries, uf->count, family, pb, sibling, other, origin, true, out);
+                if (!found)
+                    found = try_entries(ctx, clnsa_tuning_db, clnsa_tuning_db_count, family, pb, sibling, other,
+                                        "database", false, out);
+            }
         if (found) return tiles_fixed ? env_work_group(ctx, family, pb, out) : CLNSA_SUCCESS;
     }
     out->source = env ? TUNE_SRC_ENV : TUNE_SRC_DEFAULT;

@@ -18,7 +18,9 @@
  * most fields wins (a field may be a wildcard). Where neither source 3 nor 4
  * has an entry that matches, an f16 problem takes the entries of bf16 and a
  * bf16 one those of f16, through 3 and 4 again (database.c's
- * dtype_sibling). */
+ * dtype_sibling). An NSA entry's window ranks instead of matching: all of
+ * that runs first over the entries of the problem's window or none named,
+ * then over those of the other window (tune_entry's window). */
 #ifndef CLNSA_TUNING_H
 #define CLNSA_TUNING_H
 
@@ -179,10 +181,11 @@ typedef struct {
     const char *names[TUNE_MAX_PARAMS];
     int values[TUNE_MAX_PARAMS];
     /* The shape's "window": TUNE_WINDOW_ANY, _OFF or _ON. Unlike the other
-     * fields it ranks and does not exclude: among the entries that name as
-     * many of the others, one of the problem's window comes first, then
-     * one that names none, then one of the other window (tuned only with
-     * or only without the window, an entry still serves both). */
+     * fields it does not exclude: an entry of the other window is taken
+     * only where no source has one of the problem's window or none named
+     * (tuned only with or only without the window, an entry still serves
+     * both); among entries that name as many of the other fields, the
+     * problem's window comes before none named. */
     int window;
 } tune_entry;
 

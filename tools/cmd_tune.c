@@ -594,9 +594,10 @@ static void usage(FILE *f, const cli_opt *opts, size_t n)
     fprintf(f, "usage: clnsa tune --family F[,F...] [options]\n"
                "       clnsa tune --merge a.json [b.json ...] --into DIR [--partial]\n\n"
                "Searches a kernel family's parameters on a device for a shape class (head dims, GQA group,\n"
-               "selection block, dtype) and writes the best as a tuning file, which the library reads as it is\n"
-               "(CLNSA_TUNING_FILE=FILE, or clnsa_context_options.tuning_file). Every candidate's output is\n"
-               "checked against the safe default's before it is timed. Families: %s.\n"
+               "selection block, dtype; for NSA whether --window is on) and writes the best as a tuning file,\n"
+               "which the library reads as it is (CLNSA_TUNING_FILE=FILE, or clnsa_context_options.tuning_file).\n"
+               "Every candidate's output is checked against the safe default's before it is timed.\n"
+               "Families: %s.\n"
                "--merge folds tuning files into DIR/<vendor>.json (the repo's tuning/), with per-architecture\n"
                "defaults: the configuration of least mean relative time across the architecture's devices.\n"
                "It refuses a result whose search --max-seconds cut short, unless --partial.\n\n",

@@ -459,6 +459,16 @@ static void test_reject_before_compiling(void **state)
 
 /* Runs a shell command of the clnsa tool whose output goes to tmpdir/log;
  * on failure prints that log, and fails. */
+/* The clnsa tool (CLNSA_EXE, set by meson), or NULL with a word: the tests
+ * that run it skip that part. */
+static const char *clnsa_tool(void)
+{
+    const char *exe = getenv("CLNSA_EXE");
+    if (exe && access(exe, X_OK) == 0) return exe;
+    print_message("CLNSA_EXE is not set to the clnsa tool: its runs are skipped\n");
+    return NULL;
+}
+
 static void run_tool(const char *cmd, const char *log)
 {
     const int rc = system(cmd);
@@ -538,11 +548,8 @@ static void merge_result(const char *exe, const char *result)
 static void test_tune_run(void **state)
 {
     (void)state;
-    const char *exe = getenv("CLNSA_EXE");
-    if (!exe || access(exe, X_OK) != 0) {
-        print_message("CLNSA_EXE is not set to the clnsa tool: skipped\n");
-        skip();
-    }
+    const char *exe = clnsa_tool();
+    if (!exe) skip();
     bad_lengths_refused(exe);
     char out[160], cmd[1024];
     snprintf(out, sizeof out, "%s/tuned.json", tmpdir);
@@ -609,11 +616,8 @@ static void test_tune_run(void **state)
 static void test_tune_split(void **state)
 {
     (void)state;
-    const char *exe = getenv("CLNSA_EXE");
-    if (!exe || access(exe, X_OK) != 0) {
-        print_message("CLNSA_EXE is not set to the clnsa tool: skipped\n");
-        skip();
-    }
+    const char *exe = clnsa_tool();
+    if (!exe) skip();
     char out[160], cmd[1024];
     snprintf(out, sizeof out, "%s/split.json", tmpdir);
     snprintf(cmd, sizeof cmd,
@@ -733,9 +737,8 @@ static void test_blocksparse_families(void **state)
     }
     clnsa_context_destroy(ctx);
 
-    const char *exe = getenv("CLNSA_EXE");
-    if (!exe || access(exe, X_OK) != 0) {
-        print_message("CLNSA_EXE is not set to the clnsa tool: the tune run is skipped\n");
+    const char *exe = clnsa_tool();
+    if (!exe) {
         for (int i = 0; i < 5; ++i) free(ref[i]);
         return;
     }

@@ -276,8 +276,8 @@ static clnsa_status plan_attn(clnsa_context *ctx, op_plan *p, const nsa_problem 
  * the fused kernel has, which wins at short lengths: it runs from the
  * length the tuning database names (nsa_fwd_split's MIN_T: on the H200
  * 12k, and 16k with the window, 2026-12-01, tuning/README.md), never where
- * it names none. CLNSA_SPLIT_FWD=1 forces
- * it at any T, CLNSA_SPLIT_FWD=0 turns it off (comparisons). */
+ * it names none. CLNSA_SPLIT_FWD=1 forces it at any T, CLNSA_SPLIT_FWD=0
+ * turns it off (comparisons). */
 typedef enum { SPLIT_NONE, SPLIT_WARP, SPLIT_WGMMA } split_mode;
 
 /* The shapes nsa_cmp_topk_wgmma.cl is written for (its #error line), on a

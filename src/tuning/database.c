@@ -218,6 +218,15 @@ static clnsa_dtype dtype_from_name(const char *s)
     return (clnsa_dtype)-1;
 }
 
+/* A shape's "window" (absent or "*": any); false for anything else. */
+static bool window_from_json(const js_value *w, int *out)
+{
+    const char *s = w ? js_str(w) : "*";
+    if (!s) return false;
+    *out = wild(s) ? TUNE_WINDOW_ANY : strcmp(s, "on") == 0 ? TUNE_WINDOW_ON : TUNE_WINDOW_OFF;
+    return wild(s) || strcmp(s, "on") == 0 || strcmp(s, "off") == 0;
+}
+
 static bool load_entry(tune_file *f, const js_value *e, tune_entry *out, char *msg, size_t size)
 {
     memset(out, 0, sizeof *out);
@@ -254,11 +263,7 @@ static bool load_entry(tune_file *f, const js_value *e, tune_entry *out, char *m
         snprintf(msg, size, "shape.dtype: expected f32, f16, bf16 or \"*\"");
         return false;
     }
-    const js_value *w = js_get(shape, "window");
-    const char *ws = w ? js_str(w) : "*";
-    out->window = !ws ? -2 : wild(ws) ? TUNE_WINDOW_ANY : strcmp(ws, "on") == 0 ? TUNE_WINDOW_ON
-                                                       : strcmp(ws, "off") == 0 ? TUNE_WINDOW_OFF : -2;
-    if (out->window == -2) {
+    if (!window_from_json(js_get(shape, "window"), &out->window)) {
         snprintf(msg, size, "shape.window: expected \"on\", \"off\" or \"*\"");
         return false;
     }

@@ -125,6 +125,8 @@ static void test_split_wgmma(void **state)
  * splits (on Hopper's warpgroup kernel at its shapes), one below does not,
  * nor does the first with CLNSA_SPLIT_FWD=0; each in a context of its own,
  * the split told by the programs built. */
+#define MIN_T_WGMMA 600 /* between the cases' two lengths: 777 and 500 */
+#define MIN_T_WARP 40   /* 45 and 30 */
 static void test_split_from_tuned_length(void **state)
 {
     (void)state;
@@ -133,8 +135,8 @@ static void test_split_from_tuned_length(void **state)
     nsa_case at = wgmma ? wgmma_cases[0] : warp_cases[0]; /* T 777 / 45 */
     nsa_case below = at;
     below.T = wgmma ? 500 : 30;
-    const int min_t = wgmma ? 600 : 40;
-    const char *entries = wgmma ? TEST_TUNING_SPLIT_FROM(600) : TEST_TUNING_SPLIT_FROM(40);
+    const int min_t = wgmma ? MIN_T_WGMMA : MIN_T_WARP;
+    const char *entries = wgmma ? TEST_TUNING_SPLIT_FROM(MIN_T_WGMMA) : TEST_TUNING_SPLIT_FROM(MIN_T_WARP);
     const clnsa_context_options base = test_warp_options(clnsa_context_device_info(env.ctx));
     clnsa_context *const own = env.ctx;
     for (int i = 0; i < 3; ++i) {

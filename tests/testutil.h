@@ -36,9 +36,12 @@ const char *test_env_use_warp_path(test_env *env);
  * holding `entries` (JSON objects, comma-separated), for a test that needs
  * kernel parameters no database entry gives. Exits on failure. */
 clnsa_context *test_context_with_tuning(const test_env *env, const clnsa_context_options *base, const char *entries);
-/* An entry for it that splits the NSA forward from a length on, with the
- * window or without (src/ops/nsa_fwd.c's choose_split). */
-#define TEST_TUNING_SPLIT_FROM(min_t) "{\"family\": \"nsa_fwd_split\", \"params\": {\"MIN_T\": " #min_t "}}"
+/* An entry for it that splits the NSA forward from a length on (an integer
+ * literal, or a macro naming one), with the window or without
+ * (src/ops/nsa_fwd.c's choose_split). */
+#define TEST_STR_(x) #x
+#define TEST_STR(x) TEST_STR_(x)
+#define TEST_TUNING_SPLIT_FROM(min_t) "{\"family\": \"nsa_fwd_split\", \"params\": {\"MIN_T\": " TEST_STR(min_t) "}}"
 #define TEST_TUNING_SPLIT_ALWAYS TEST_TUNING_SPLIT_FROM(1)
 
 /* A test executable whose tests share one device: defines `env` and the

@@ -20,7 +20,7 @@
 #define F32 CLNSA_DTYPE_F32
 #define I32 CLNSA_DTYPE_I32
 
-static test_env env;
+TEST_ENV_GROUP
 
 /* ------------------------------------------------------------ threads */
 
@@ -209,20 +209,6 @@ static void test_strided_views(void **state)
     static const int cu[] = {0, 13, 13, 41};
     const shape varlen = {1, 41, 6, 3, 8, 8, 3, 5, cu, 3};
     strided_case(&varlen, 100);
-}
-
-static int setup(void **state)
-{
-    (void)state;
-    test_env_open(&env);
-    return 0;
-}
-
-static int teardown(void **state)
-{
-    (void)state;
-    test_env_close(&env);
-    return 0;
 }
 
 int main(void)

@@ -57,8 +57,10 @@ static void warp_defines(const nsa_problem *pb, const warp_params *wp, int qk_ch
  * multiple of 64 (the kernel reads fragments otherwise). On the H200
  * at the anchor's shape (2026-11-29) that forward took 1.67 ms at 8k and
  * 14.65 at 64k against 1.74 and 14.85; the forward that runs the top-k
- * lost 2% with it (1.85 against 1.81 at 8k), as its register budget
- * leaves ptxas fewer reads in flight, so it keeps the fragment reads. */
+ * lost 2% with it (1.85 against 1.81 at 8k), ptxas keeping fewer of its
+ * reads in flight, so it keeps the fragment reads. Not for want of
+ * registers: built from its PTX with none capped it took 167, and lost
+ * the same (H100, 8k: 1.82 against 1.79-1.81 ms, 2026-12-05). */
 static int k_lines(const nsa_problem *pb, bool lean)
 {
     return lean && pb->has_slc && pb->dtype != CLNSA_DTYPE_F32 && pb->DK % 64 == 0;

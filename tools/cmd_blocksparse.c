@@ -31,50 +31,6 @@ typedef struct {
     int64_t mask_shape[4];
 } bs_files;
 
-static int to_float(npy_file *f, float **out)
-{
-    char err[512];
-    if (f->a.dtype != NPY_F32 && f->a.dtype != NPY_F16 && f->a.dtype != NPY_F64)
-        return npy_file_fail(f->path, "expected a float array (float16, float32 or float64), got %s", npy_dtype_name(f->a.dtype));
-    if (npy_to_f32(&f->a, out, err, sizeof err)) return npy_file_fail(f->path, "%s", err);
-    return 0;
-}
-
-static int to_int(npy_file *f, int32_t **out)
-{
-    char err[512];
-    if (f->a.dtype != NPY_I32 && f->a.dtype != NPY_I64 && f->a.dtype != NPY_U8)
-        return npy_file_fail(f->path, "expected an integer array (int32, int64 or uint8), got %s", npy_dtype_name(f->a.dtype));
-    if (npy_to_i32(&f->a, out, err, sizeof err)) return npy_file_fail(f->path, "%s", err);
-    return 0;
-}
-
-/* A float (or int) file of the given shape; required or optional. */
-static int load_f(const char *dir, const char *name, bool required, int rank, const int64_t *want, const char *names,
-                  float **out)
-{
-    npy_file f;
-    int rc = npy_file_open(dir, name, required, &f);
-    if (rc > 0) rc = npy_file_check_shape(&f, rank, want, names) || to_float(&f, out) ? -1 : 1;
-    npy_free(&f.a);
-    return rc;
-}
-
-static int load_i(const char *dir, const char *name, int rank, const int64_t *want, const char *names, int32_t **out)
-{
-    npy_file f;
-    int rc = npy_file_open(dir, name, false, &f);
-    if (rc > 0) rc = npy_file_check_shape(&f, rank, want, names) || to_int(&f, out) ? -1 : 1;
-    npy_free(&f.a);
-    return rc;
-}
-
-static int head_dim(const char *path, int64_t d, const char *what)
-{
-    if (d < 8 || d > 256 || d % 8) return npy_file_fail(path, "%s = %lld: expected a multiple of 8 in 8..256", what, (long long)d);
-    return 0;
-}
-
 static void files_free(bs_files *f)
 {
     free(f->q), free(f->k), free(f->v), free(f->sinks), free(f->dout);
@@ -94,9 +50,9 @@ static int files_load(const char *dir, const bs_opts *o, bs_files *f)
             npy_file_fail(nf.path, "dim %d = %lld: expected B, HQ in 1..65535 and Tq in 1..2^30", i, (long long)nf.a.shape[i]);
             goto bad;
         }
-    if (head_dim(nf.path, nf.a.shape[3], "D")) goto bad;
+    if (npy_file_check_head_dim(&nf, 3, "D")) goto bad;
     f->B = (int)nf.a.shape[0], f->Tq = (int)nf.a.shape[1], f->HQ = (int)nf.a.shape[2], f->D = (int)nf.a.shape[3];
-    if (to_float(&nf, &f->q)) goto bad;
+    if (npy_file_floats(&nf, &f->q)) goto bad;
     npy_free(&nf.a);
 
     if (npy_file_open(dir, "k.npy", true, &nf) < 0) return -1;
@@ -108,25 +64,25 @@ static int files_load(const char *dir, const bs_opts *o, bs_files *f)
         goto bad;
     }
     f->Tk = (int)nf.a.shape[1], f->H = (int)nf.a.shape[2];
-    if (to_float(&nf, &f->k)) goto bad;
+    if (npy_file_floats(&nf, &f->k)) goto bad;
     npy_free(&nf.a);
 
     if (npy_file_open(dir, "v.npy", true, &nf) < 0) return -1;
     const int64_t wv[4] = {f->B, f->Tk, f->H, -1};
-    if (npy_file_check_shape(&nf, 4, wv, "[B, Tk, H, DV]") || head_dim(nf.path, nf.a.shape[3], "DV")) goto bad;
+    if (npy_file_check_shape(&nf, 4, wv, "[B, Tk, H, DV]") || npy_file_check_head_dim(&nf, 3, "DV")) goto bad;
     f->DV = (int)nf.a.shape[3];
-    if (to_float(&nf, &f->v)) goto bad;
+    if (npy_file_floats(&nf, &f->v)) goto bad;
     npy_free(&nf.a);
 
     const int64_t bq[2] = {f->B, f->Tq}, bk[2] = {f->B, f->Tk}, hq[1] = {f->HQ};
     const int64_t wo[4] = {f->B, f->Tq, f->HQ, f->DV};
     int sq, sk;
-    if ((sq = load_i(dir, "q_segment_ids.npy", 2, bq, "[B, Tq]", &f->seg_q)) < 0 ||
-        (sk = load_i(dir, "kv_segment_ids.npy", 2, bk, "[B, Tk]", &f->seg_k)) < 0 ||
-        load_i(dir, "q_positions.npy", 2, bq, "[B, Tq]", &f->pos_q) < 0 ||
-        load_i(dir, "kv_positions.npy", 2, bk, "[B, Tk]", &f->pos_k) < 0 ||
-        load_f(dir, "sinks.npy", false, 1, hq, "[HQ]", &f->sinks) < 0 ||
-        load_f(dir, "do.npy", false, 4, wo, "[B, Tq, HQ, DV]", &f->dout) < 0)
+    if ((sq = npy_file_load_ints(dir, "q_segment_ids.npy", false, 2, bq, "[B, Tq]", &f->seg_q)) < 0 ||
+        (sk = npy_file_load_ints(dir, "kv_segment_ids.npy", false, 2, bk, "[B, Tk]", &f->seg_k)) < 0 ||
+        npy_file_load_ints(dir, "q_positions.npy", false, 2, bq, "[B, Tq]", &f->pos_q) < 0 ||
+        npy_file_load_ints(dir, "kv_positions.npy", false, 2, bk, "[B, Tk]", &f->pos_k) < 0 ||
+        npy_file_load_floats(dir, "sinks.npy", false, 1, hq, "[HQ]", &f->sinks) < 0 ||
+        npy_file_load_floats(dir, "do.npy", false, 4, wo, "[B, Tq, HQ, DV]", &f->dout) < 0)
         return -1;
     if (sq != sk) {
         char path[4096];
@@ -153,7 +109,7 @@ static int files_load(const char *dir, const bs_opts *o, bs_files *f)
         npy_file_fail(nf.path, "expected dtype uint8 or int32, got %s", npy_dtype_name(nf.a.dtype));
         goto bad;
     }
-    if (to_int(&nf, &f->mask)) goto bad;
+    if (npy_file_ints(&nf, &f->mask)) goto bad;
     f->mask_rank = r;
     for (int i = 0; i < r; ++i) f->mask_shape[i] = nf.a.shape[i];
     npy_free(&nf.a);

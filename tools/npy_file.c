@@ -53,3 +53,49 @@ int npy_file_check_shape(const npy_file *f, int rank, const int64_t *want, const
     strncat(exp, "]", sizeof exp - strlen(exp) - 1);
     return npy_file_fail(f->path, "expected shape %s = %s, got %s", names, exp, got);
 }
+
+int npy_file_floats(npy_file *f, float **out)
+{
+    char err[512];
+    if (f->a.dtype != NPY_F32 && f->a.dtype != NPY_F16 && f->a.dtype != NPY_F64)
+        return npy_file_fail(f->path, "expected a float array (float16, float32 or float64), got %s", npy_dtype_name(f->a.dtype));
+    if (npy_to_f32(&f->a, out, err, sizeof err)) return npy_file_fail(f->path, "%s", err);
+    return 0;
+}
+
+int npy_file_ints(npy_file *f, int32_t **out)
+{
+    char err[512];
+    if (f->a.dtype != NPY_I32 && f->a.dtype != NPY_I64 && f->a.dtype != NPY_U8)
+        return npy_file_fail(f->path, "expected an integer array (int32, int64 or uint8), got %s", npy_dtype_name(f->a.dtype));
+    if (npy_to_i32(&f->a, out, err, sizeof err)) return npy_file_fail(f->path, "%s", err);
+    return 0;
+}
+
+int npy_file_load_floats(const char *dir, const char *name, bool required, int rank, const int64_t *want,
+                         const char *names, float **out)
+{
+    npy_file f;
+    int rc = npy_file_open(dir, name, required, &f);
+    if (rc > 0) rc = npy_file_check_shape(&f, rank, want, names) || npy_file_floats(&f, out) ? -1 : 1;
+    npy_free(&f.a);
+    return rc;
+}
+
+int npy_file_load_ints(const char *dir, const char *name, bool required, int rank, const int64_t *want,
+                       const char *names, int32_t **out)
+{
+    npy_file f;
+    int rc = npy_file_open(dir, name, required, &f);
+    if (rc > 0) rc = npy_file_check_shape(&f, rank, want, names) || npy_file_ints(&f, out) ? -1 : 1;
+    npy_free(&f.a);
+    return rc;
+}
+
+int npy_file_check_head_dim(const npy_file *f, int dim, const char *what)
+{
+    const int64_t d = f->a.shape[dim];
+    if (d < 8 || d > 256 || d % 8)
+        return npy_file_fail(f->path, "%s = %lld: expected a multiple of 8 in 8..256", what, (long long)d);
+    return 0;
+}

@@ -11,39 +11,6 @@
 #include <string.h>
 #include <sys/stat.h>
 
-static int to_float(npy_file *f, float **out)
-{
-    char err[512];
-    if (f->a.dtype != NPY_F32 && f->a.dtype != NPY_F16 && f->a.dtype != NPY_F64)
-        return npy_file_fail(f->path, "expected a float array (float16, float32 or float64), got %s", npy_dtype_name(f->a.dtype));
-    if (npy_to_f32(&f->a, out, err, sizeof err)) return npy_file_fail(f->path, "%s", err);
-    return 0;
-}
-
-static int to_int(npy_file *f, int32_t **out)
-{
-    char err[512];
-    if (npy_to_i32(&f->a, out, err, sizeof err)) return npy_file_fail(f->path, "%s", err);
-    return 0;
-}
-
-/* Loads an optional float tensor of the given shape. */
-static int opt_float(const char *dir, const char *name, int rank, const int64_t *want, const char *names, float **out)
-{
-    npy_file f;
-    int rc = npy_file_open(dir, name, 0, &f);
-    if (rc > 0) rc = npy_file_check_shape(&f, rank, want, names) || to_float(&f, out) ? -1 : 1;
-    npy_free(&f.a);
-    return rc;
-}
-
-static int head_dim(const npy_file *f, int64_t d, const char *what)
-{
-    if (d < 8 || d > 256 || d % 8)
-        return npy_file_fail(f->path, "%s = %lld: expected a multiple of 8 in 8..256", what, (long long)d);
-    return 0;
-}
-
 static int load_qkv(const char *dir, nsa_files *o)
 {
     npy_file f;
@@ -56,9 +23,9 @@ static int load_qkv(const char *dir, nsa_files *o)
             npy_file_fail(f.path, "dim %d = %lld: expected B, HQ in 1..65535 and T in 1..2^30", i, (long long)f.a.shape[i]);
             goto done;
         }
-    if (head_dim(&f, f.a.shape[3], "DK")) goto done;
+    if (npy_file_check_head_dim(&f, 3, "DK")) goto done;
     o->B = (int)f.a.shape[0], o->T = (int)f.a.shape[1], o->HQ = (int)f.a.shape[2], o->DK = (int)f.a.shape[3];
-    if (to_float(&f, &o->q)) goto done;
+    if (npy_file_floats(&f, &o->q)) goto done;
     npy_free(&f.a);
 
     int64_t wk[4] = {o->B, o->T, -1, o->DK};
@@ -68,14 +35,14 @@ static int load_qkv(const char *dir, nsa_files *o)
         goto done;
     }
     o->H = (int)f.a.shape[2];
-    if (to_float(&f, &o->k)) goto done;
+    if (npy_file_floats(&f, &o->k)) goto done;
     npy_free(&f.a);
 
     int64_t wv[4] = {o->B, o->T, o->H, -1};
     if (npy_file_open(dir, "v.npy", 1, &f) < 0 || npy_file_check_shape(&f, 4, wv, "[B, T, H, DV]")) goto done;
-    if (head_dim(&f, f.a.shape[3], "DV")) goto done;
+    if (npy_file_check_head_dim(&f, 3, "DV")) goto done;
     o->DV = (int)f.a.shape[3];
-    if (to_float(&f, &o->v)) goto done;
+    if (npy_file_floats(&f, &o->v)) goto done;
     rc = 0;
 done:
     npy_free(&f.a);
@@ -97,7 +64,7 @@ static int load_cu(const char *dir, nsa_files *o)
         npy_file_fail(f.path, "varlen needs B = 1, but q.npy has B = %d", o->B);
         goto done;
     }
-    if (to_int(&f, &o->cu)) goto done;
+    if (npy_file_ints(&f, &o->cu)) goto done;
     o->N = (int)f.a.shape[0] - 1;
     if (o->cu[0] != 0 || o->cu[o->N] != o->T) {
         npy_file_fail(f.path, "expected cu_seqlens[0] = 0 and cu_seqlens[%d] = T = %d, got %d and %d", o->N, o->T, o->cu[0],
@@ -128,7 +95,7 @@ static int load_indices(const char *dir, nsa_files *o)
             npy_file_fail(f.path, "S = %lld: expected 1..1024 selected blocks per query", (long long)f.a.shape[3]);
             goto done;
         }
-        if (to_int(&f, &o->bidx)) goto done;
+        if (npy_file_ints(&f, &o->bidx)) goto done;
         o->S = (int)f.a.shape[3];
         rc = 1;
     }
@@ -137,7 +104,7 @@ static int load_indices(const char *dir, nsa_files *o)
     rc = npy_file_open(dir, "block_counts.npy", 0, &f);
     if (rc > 0) {
         int64_t want[3] = {o->B, o->T, o->H};
-        rc = npy_file_check_shape(&f, 3, want, "[B, T, H]") || to_int(&f, &o->bcnt) ? -1 : 1;
+        rc = npy_file_check_shape(&f, 3, want, "[B, T, H]") || npy_file_ints(&f, &o->bcnt) ? -1 : 1;
     }
 done:
     npy_free(&f.a);
@@ -152,13 +119,13 @@ static int load_cmp(const char *dir, nsa_files *o)
     int rk = npy_file_open(dir, "k_cmp.npy", 0, &f);
     if (rk < 0) return -1;
     if (rk > 0) {
-        int bad = npy_file_check_shape(&f, 4, wk, "[B, NC, H, DK]") || to_float(&f, &o->k_cmp);
+        int bad = npy_file_check_shape(&f, 4, wk, "[B, NC, H, DK]") || npy_file_floats(&f, &o->k_cmp);
         o->NC = bad ? 0 : (int)f.a.shape[1];
         npy_free(&f.a);
         if (bad) return -1;
         wv[1] = o->NC;
     }
-    int rv = opt_float(dir, "v_cmp.npy", 4, wv, "[B, NC, H, DV] (NC of k_cmp.npy)", &o->v_cmp);
+    int rv = npy_file_load_floats(dir, "v_cmp.npy", false, 4, wv, "[B, NC, H, DV] (NC of k_cmp.npy)", &o->v_cmp);
     if (rv < 0) return -1;
     if (rk != rv)
         return npy_file_fail(cli_path(dir, rk ? "k_cmp.npy" : "v_cmp.npy", path, sizeof path), "given without %s",
@@ -174,10 +141,10 @@ int nsa_files_load(const char *dir, nsa_files *o)
     if (load_qkv(dir, o)) return -1;
     int64_t wg[3] = {o->B, o->T, o->HQ};
     for (int i = 0; i < GATE_N; ++i)
-        if (opt_float(dir, gates[i], 3, wg, "[B, T, HQ]", &o->gate[i]) < 0) return -1;
+        if (npy_file_load_floats(dir, gates[i], false, 3, wg, "[B, T, HQ]", &o->gate[i]) < 0) return -1;
     if (load_cu(dir, o) < 0 || load_indices(dir, o) < 0 || load_cmp(dir, o) < 0) return -1;
     int64_t wo[4] = {o->B, o->T, o->HQ, o->DV};
-    if (opt_float(dir, "do.npy", 4, wo, "[B, T, HQ, DV]", &o->dout) < 0) return -1;
+    if (npy_file_load_floats(dir, "do.npy", false, 4, wo, "[B, T, HQ, DV]", &o->dout) < 0) return -1;
     return 0;
 }
 

@@ -72,24 +72,30 @@ int npy_file_ints(npy_file *f, int32_t **out)
     return 0;
 }
 
-int npy_file_load_floats(const char *dir, const char *name, bool required, int rank, const int64_t *want,
-                         const char *names, float **out)
+/* Opens, checks and converts dir/name: to floats where `floats`, else ints. */
+static int load_converted(const char *dir, const char *name, bool required, int rank, const int64_t *want,
+                          const char *names, float **floats, int32_t **ints)
 {
     npy_file f;
     int rc = npy_file_open(dir, name, required, &f);
-    if (rc > 0) rc = npy_file_check_shape(&f, rank, want, names) || npy_file_floats(&f, out) ? -1 : 1;
+    if (rc > 0)
+        rc = npy_file_check_shape(&f, rank, want, names) || (floats ? npy_file_floats(&f, floats) : npy_file_ints(&f, ints))
+                 ? -1
+                 : 1;
     npy_free(&f.a);
     return rc;
+}
+
+int npy_file_load_floats(const char *dir, const char *name, bool required, int rank, const int64_t *want,
+                         const char *names, float **out)
+{
+    return load_converted(dir, name, required, rank, want, names, out, NULL);
 }
 
 int npy_file_load_ints(const char *dir, const char *name, bool required, int rank, const int64_t *want,
                        const char *names, int32_t **out)
 {
-    npy_file f;
-    int rc = npy_file_open(dir, name, required, &f);
-    if (rc > 0) rc = npy_file_check_shape(&f, rank, want, names) || npy_file_ints(&f, out) ? -1 : 1;
-    npy_free(&f.a);
-    return rc;
+    return load_converted(dir, name, required, rank, want, names, NULL, out);
 }
 
 int npy_file_check_head_dim(const npy_file *f, int dim, const char *what)

@@ -481,6 +481,21 @@ uint64_t cli_rng(uint64_t *state)
     return z ^ (z >> 31);
 }
 
+void cli_causal_selection(int32_t *row, int S, int t, int block, int init_blocks, int local_blocks, uint64_t *state)
+{
+    const int cur = t / block, nb = cur + 1;
+    int n = 0;
+    for (int j = 0; j < nb && n < S; ++j)
+        if (j < init_blocks || j > cur - local_blocks) row[n++] = j;
+    while (n < S && n < nb) { /* a block not taken yet: nb > n of them are left */
+        const int x = (int)(cli_rng(state) % (uint64_t)nb);
+        bool taken = false;
+        for (int u = 0; u < n; ++u) taken = taken || row[u] == x;
+        if (!taken) row[n++] = x;
+    }
+    for (; n < S; ++n) row[n] = -1;
+}
+
 cl_mem cli_random(const cli_env *env, size_t n, float lo, float hi, clnsa_dtype dt, uint64_t *state)
 {
     float *x = cli_malloc(n * sizeof *x);

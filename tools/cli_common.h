@@ -87,6 +87,12 @@ int cli_download_i32(const cli_env *env, cl_mem m, size_t n, int32_t *out);
 uint64_t cli_rng(uint64_t *state);
 /* n values uniform in [lo, hi) from the stream, stored as `dt`. */
 cl_mem cli_random(const cli_env *env, size_t n, float lo, float hi, clnsa_dtype dt, uint64_t *state);
+/* Token t's row of S distinct causal blocks (of `block` tokens): the
+ * forced ones first, ascending, as the library's top-k lists them (the
+ * init_blocks first blocks and the local_blocks ending at t's block; 0 and
+ * 0 for none), then random ones from the stream; -1 in the slots past the
+ * blocks t sees. */
+void cli_causal_selection(int32_t *row, int S, int t, int block, int init_blocks, int local_blocks, uint64_t *state);
 /* x rounded as storage in `dt` would round it. */
 float cli_round(float x, clnsa_dtype dt);
 

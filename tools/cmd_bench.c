@@ -82,17 +82,8 @@ static int make_inputs(const cli_env *env, const bench_opts *o, int T, clnsa_dty
     int32_t *idx = cli_malloc(nk * (size_t)o->S * sizeof *idx);
     if (!idx) return -1;
     for (size_t r = 0; r < nk; ++r) { /* distinct random causal blocks for the selection-only timing */
-        const int t = (int)(r / (size_t)o->H), nb = t / o->block + 1;
         int32_t *row = idx + r * o->S;
-        for (int j = 0; j < o->S; ++j) {
-            int x = -1; /* a block not taken yet (nb > j of them are left) */
-            for (bool taken = j < nb; taken;) {
-                x = (int)(cli_rng(&seed) % (uint64_t)nb);
-                taken = false;
-                for (int u = 0; u < j; ++u) taken = taken || row[u] == x;
-            }
-            row[j] = x;
-        }
+        cli_causal_selection(row, o->S, (int)(r / (size_t)o->H), o->block, 0, 0, &seed);
         if (o->sorted_idx) qsort(row, (size_t)o->S, sizeof *row, block_ascending);
     }
     const bool ok = (s->q = cli_random(env, nq * o->D, -1, 1, dt, &seed)) && (s->k = cli_random(env, nk * o->D, -1, 1, dt, &seed)) &&

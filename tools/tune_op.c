@@ -59,10 +59,12 @@ int tune_setup_make(const cli_env *env, op_setup *s, const tune_opts *o, int T, 
     if (ok && given_idx) {
         int32_t *idx = cli_malloc(nk * s->S * sizeof *idx);
         ok = idx != NULL;
-        for (size_t r = 0; ok && r < nk; ++r) {
-            const int t = (int)(r / (size_t)s->H), nb = t / o->block + 1;
-            for (int j = 0; j < s->S; ++j) idx[r * s->S + j] = j < nb ? (int)(cli_rng(&seed) % (uint64_t)nb) : -1;
-        }
+        /* the library's own selection as the forward meets it after its
+         * top-k (the split's second half): the forced blocks, which the
+         * tokens of a block share, then distinct random ones */
+        for (size_t r = 0; ok && r < nk; ++r)
+            cli_causal_selection(idx + r * s->S, s->S, (int)(r / (size_t)s->H), o->block, s->cfg.init_blocks,
+                                 s->cfg.local_blocks, &seed);
         ok = ok && (s->idx = cli_upload_i32(env, idx, nk * s->S));
         free(idx);
     }

@@ -50,7 +50,9 @@ void tune_setup_free(op_setup *s);
 /* Inputs of the NSA at T tokens in dtype dt: all three branches (the
  * window only when --window > 0; no compressed branch when no_cmp, no
  * selected branch, and so no top-k, when no_slc); given
- * random causal block indices when given_idx (so that top-k does not run);
+ * block indices when given_idx (so that top-k does not run), laid out as
+ * the library's top-k lays them out (cli_causal_selection: the forced
+ * blocks first, then distinct random ones);
  * for the backward, the forward's saved tensors are computed once here. */
 int tune_setup_make(const cli_env *env, op_setup *s, const tune_opts *o, int T, clnsa_dtype dt, bool bwd, bool given_idx,
                     bool no_cmp, bool no_slc);

@@ -483,10 +483,11 @@ uint64_t cli_rng(uint64_t *state)
 
 void cli_causal_selection(int32_t *row, int S, int t, int block, int init_blocks, int local_blocks, uint64_t *state)
 {
-    const int cur = t / block, nb = cur + 1;
+    const int cur = t / block, nb = cur + 1, init = init_blocks < nb ? init_blocks : nb;
+    const int local0 = cur + 1 - local_blocks > init ? cur + 1 - local_blocks : init; /* past the init ones */
     int n = 0;
-    for (int j = 0; j < nb && n < S; ++j)
-        if (j < init_blocks || j > cur - local_blocks) row[n++] = j;
+    for (int j = 0; j < init && n < S; ++j) row[n++] = j;
+    for (int j = local0; j <= cur && n < S; ++j) row[n++] = j;
     while (n < S && n < nb) { /* a block not taken yet: nb > n of them are left */
         const int x = (int)(cli_rng(state) % (uint64_t)nb);
         bool taken = false;

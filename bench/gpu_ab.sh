@@ -4,7 +4,7 @@
 # First the device tests named in TESTS (bench/gpu_run.sh's tests stage, and
 # its ptx stage too with PTX=1; their log in $OUT/tests/), then `clnsa bench` at T (window 0, the methods in
 # METHODS, every kernel's time with --profile) with the option sets A and B
-# (and C, D, E where set) in turn, ROUNDS times, then PyTorch's SDPA at SDPA_T
+# (and C to G where set) in turn, ROUNDS times, then PyTorch's SDPA at SDPA_T
 # (none: skipped). REF_SRC names another source tree (an earlier commit's,
 # say `git archive` into a carried folder), built into build-ref; a side
 # whose options begin with "ref" runs that build's clnsa with the rest.
@@ -31,7 +31,7 @@ if [ -n "${TESTS:-}${PTX:-}" ]; then
     grep -E "^==|FAILED|PASSED|exit status|nsa_bwd" "$OUT/tests/log.txt"
 fi
 sides="A B"
-for s in C D E; do [ -n "${!s+x}" ] && sides="$sides $s"; done
+for s in C D E F G; do [ -n "${!s+x}" ] && sides="$sides $s"; done
 for r in $(seq 1 "$ROUNDS"); do
     for side in $sides; do
         args=${!side-}

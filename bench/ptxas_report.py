@@ -39,7 +39,7 @@ def ptx_of(path):
     if at < 0:
         return None, None
     ptx = data[at:].split(b"\0", 1)[0].decode("utf-8", "replace")
-    m = re.search(r"\.target\s+(sm_\d+)", ptx)
+    m = re.search(r"\.target\s+(sm_\d+a?)", ptx)
     return ptx, m.group(1) if m else None
 
 
@@ -60,11 +60,17 @@ def report(ptxas, arch, ptx):
     if have:
         ptx = re.sub(r"^\.version\s+\S+", ".version " + have.group(1), ptx, count=1, flags=re.M)
     out = run_ptxas(ptxas, arch, ptx)
-    rows, cur = [], None
+    rows, cur, early = [], None, []
     for line in (out.stdout + out.stderr).splitlines():
+        # warnings (C7514: serialized wgmma, say) may come before the entry's lines
+        if "warning" in line.lower():
+            (cur.setdefault("warnings", []) if cur else early).append(line.split("warning", 1)[-1].strip(" :")[:200])
+            continue
         m = re.search(r"Compiling entry function '(\w+)'", line)
         if m:
             cur = {"kernel": m.group(1)}
+            if early:
+                cur["warnings"], early = early, []
             rows.append(cur)
             continue
         if cur is None:
@@ -105,6 +111,8 @@ def main():
             continue
         print("%-28s %5s %7s %9s %9s  %s" % (r["kernel"], r.get("regs", "?"), r.get("smem", "?"),
                                             r.get("spill_st", "?"), r.get("spill_ld", "?"), r["file"]))
+        for w in r.get("warnings", []):
+            print("    warning: " + w)
     if a.json:
         with open(a.json, "w") as f:
             json.dump({"ptxas": ptxas, "kernels": results}, f, indent=1)

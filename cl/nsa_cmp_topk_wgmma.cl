@@ -207,7 +207,12 @@ inline float importance_round(const float *s, int c0, int nvis, int cur, float s
  * chunk's products before this one's round (two score tiles taking turns)
  * was 13% slower on the H200 (6.73 -> 7.58-7.62 ms at 64k, 2026-11-30):
  * ptxas serializes the products (C7514) once the round reads one tile
- * while the other's products are in flight. */
+ * while the other's products are in flight. Again on the H100 (2026-12-06),
+ * the tiles not zeroed and waited for with wait_group 1: 5.16 -> 6.96 ms at
+ * 64k (spills under the cap of 128 registers), 8.1 with two consumers of 240
+ * registers (none); consumers issuing their products in turns (named
+ * barriers) 5.57. The products and the rounds each run at about half their
+ * units' rates and overlap little (bench/RESULTS.md, forty-fourth session). */
 inline void importance_pass(__local ushort (*kt)[KC * WG_D], __local ulong *kfull, __local ulong *kempty,
                             word_t (*qa)[4], int nkeys, int nvis, int cur, float sl2, const float *lse2, topk_list *list,
                             uint *itk, __local uint *ws)

@@ -212,7 +212,8 @@ inline float importance_round(const float *s, int c0, int nvis, int cur, float s
  * 64k (spills under the cap of 128 registers), 8.1 with two consumers of 240
  * registers (none); consumers issuing their products in turns (named
  * barriers) 5.57. The products and the rounds each run at about half their
- * units' rates and overlap little (bench/RESULTS.md, forty-fourth session). */
+ * units' rates and overlap little (bench/RESULTS_ROUNDS_2026-12-06.md,
+ * forty-fourth session). */
 inline void importance_pass(__local ushort (*kt)[KC * WG_D], __local ulong *kfull, __local ulong *kempty,
                             word_t (*qa)[4], int nkeys, int nvis, int cur, float sl2, const float *lse2, topk_list *list,
                             uint *itk, __local uint *ws)

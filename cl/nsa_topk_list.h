@@ -149,7 +149,10 @@ inline void list_merge(topk_list *L, float v, int j, __local uint *ws)
 /* Adds a round of candidates: lane i's block j_base + i with score sc
  * where it enters (beats the list's last entry), as list_insert one by one
  * in block order would, or at once (list_merge) where LIST_MERGE_MIN or
- * more enter. Returns the new last entry's score. */
+ * more enter. Returns the new last entry's score. Fewer entering blocks
+ * placed at once by rank (two ballots each, none waiting on the others)
+ * lost to the chain of insertions: nsa_cmp_topk_wgmma at 64k on the H100
+ * went 5.08 -> 5.23-5.46 ms (2026-12-06, bench/RESULTS.md). */
 inline float list_add_round(topk_list *L, bool enters, float sc, int j_base, __local uint *ws)
 {
     const uint passed = ballot(enters, ws);

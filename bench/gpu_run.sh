@@ -24,7 +24,7 @@
 #   tf32     f32 inputs at T=$TT: the TF32 mode (CLNSA_TF32=1) against the
 #            exact FMA kernels
 # CHAIN=N times every clnsa bench run and SDPA N ops back to back (--chain):
-# the rate of a loop that keeps the device busy (bench/RESULTS.md, 2026-11-29:
+# the rate of a loop that keeps the device busy (bench/RESULTS_ROUNDS_2026-11-29.md:
 # SDPA slows at the H200's power limit there, the NSA kernels do not).
 # The log goes to $OUT/log.txt, JSON and plots to $OUT/results.tgz (re-made
 # after each stage, so a run cut short keeps what it measured), the PTX to

@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """Registers, spills and shared (OpenCL local) memory of the kernels in
-clnsa's program cache on an NVIDIA device, from ptxas -v.
+clnsa's program cache on an NVIDIA device, from ptxas -v, with the notes
+ptxas gives a kernel (serialized wgmma, injected waits: C7511, C7517).
 
 NVIDIA's OpenCL driver hands back PTX as a program's binary, so each cache
 file (src/program/cache.c) ends in PTX text; this script cuts it out, runs
@@ -60,20 +61,15 @@ def report(ptxas, arch, ptx):
     if have:
         ptx = re.sub(r"^\.version\s+\S+", ".version " + have.group(1), ptx, count=1, flags=re.M)
     out = run_ptxas(ptxas, arch, ptx)
-    rows, cur, early = [], None, []
-    for line in (out.stdout + out.stderr).splitlines():
-        # warnings (C7514: serialized wgmma, say) may come before the entry's lines
-        if "warning" in line.lower():
-            (cur.setdefault("warnings", []) if cur else early).append(line.split("warning", 1)[-1].strip(" :")[:200])
-            continue
+    lines = (out.stdout + out.stderr).splitlines()
+    rows, cur = [], None
+    for line in lines:
         m = re.search(r"Compiling entry function '(\w+)'", line)
         if m:
             cur = {"kernel": m.group(1)}
-            if early:
-                cur["warnings"], early = early, []
             rows.append(cur)
             continue
-        if cur is None:
+        if cur is None or notice_of(line):
             continue
         m = re.search(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads", line)
         if m:
@@ -83,9 +79,37 @@ def report(ptxas, arch, ptx):
             cur["regs"] = int(m.group(1))
             s = re.search(r"(\d+) bytes smem", line)
             cur["smem"] = int(s.group(1)) if s else 0
+    attach_notices(rows, lines)
     if out.returncode != 0:
         rows.append({"kernel": "(ptxas failed)", "error": out.stderr.strip()[:300]})
     return rows
+
+
+def notice_of(line):
+    """A warning, or one of ptxas's numbered performance notes (C7511: wgmma
+    serialized for want of registers, C7514, C7517: a wait injected), which
+    it prints as "info" lines."""
+    if "warning" in line.lower() or re.search(r"\(C\d{4}\)", line):
+        return re.sub(r"^ptxas\s+(info|warning)\s*:\s*", "", line.strip())[:240]
+    return None
+
+
+def attach_notices(rows, lines):
+    """Gives each notice to the kernel it names ("in function 'k'"). ptxas
+    prints its performance notes for all kernels before the first entry's
+    lines (CUDA 13.0's ptxas, checked on a PTX of three kernels), so order
+    says nothing; one that names no kernel goes to every kernel, marked so."""
+    by_name = {r["kernel"]: r for r in rows}
+    for line in lines:
+        note = notice_of(line)
+        if not note:
+            continue
+        m = re.search(r"function '(\w+)'", note)
+        if m and m.group(1) in by_name:
+            by_name[m.group(1)].setdefault("warnings", []).append(note)
+            continue
+        for r in rows:
+            r.setdefault("warnings", []).append("(names no kernel) " + note)
 
 
 def main():
@@ -112,7 +136,7 @@ def main():
         print("%-28s %5s %7s %9s %9s  %s" % (r["kernel"], r.get("regs", "?"), r.get("smem", "?"),
                                             r.get("spill_st", "?"), r.get("spill_ld", "?"), r["file"]))
         for w in r.get("warnings", []):
-            print("    warning: " + w)
+            print("    ptxas: " + w)
     if a.json:
         with open(a.json, "w") as f:
             json.dump({"ptxas": ptxas, "kernels": results}, f, indent=1)

@@ -183,16 +183,19 @@ inline int column_lane(int c)
 inline float importance_round(const float *s, int c0, int nvis, int cur, float sl2, const float *lse2, topk_list *list,
                               float last, __local uint *ws)
 {
-    const int t4 = lane_id() & 3;
     float v[8];
     int first;
+    /* No visibility test a sum: a column sum holds only its own column, and
+     * block_score_of drops the keys past nvis. Dropping the 8 tests and
+     * selects: 5.05-5.11 -> 5.03-5.04 ms at 64k on the H100 (2026-12-06).
+     * Four of the 16 exponentials on the FMA pipe instead of the SFU (a
+     * cubic and an exponent add, 8 instructions each) gained nothing
+     * (5.04-5.10 ms), eight lost (5.15-5.20): the round is held by the
+     * instructions it issues, not by the SFU. */
 #pragma unroll
     for (int j = 0; j < 4; ++j)
 #pragma unroll
-        for (int e = 0; e < 2; ++e) {
-            const bool vis = c0 + 8 * j + 2 * t4 + e < nvis;
-            v[2 * j + e] = vis ? exp2(s[4 * j + e] * sl2 - lse2[0]) + exp2(s[4 * j + 2 + e] * sl2 - lse2[1]) : 0.0f;
-        }
+        for (int e = 0; e < 2; ++e) v[2 * j + e] = exp2(s[4 * j + e] * sl2 - lse2[0]) + exp2(s[4 * j + 2 + e] * sl2 - lse2[1]);
     column_sums(v, 8, &first, ws); /* the lane's v[0]: column_lane's inverse */
     (void)first;
     const float imp = shfl_idx(v[0], column_lane(lane_id()), ws);
@@ -209,11 +212,12 @@ inline float importance_round(const float *s, int c0, int nvis, int cur, float s
  * ptxas serializes the products (C7514) once the round reads one tile
  * while the other's products are in flight. Again on the H100 (2026-12-06),
  * the tiles not zeroed and waited for with wait_group 1: 5.16 -> 6.96 ms at
- * 64k (spills under the cap of 128 registers), 8.1 with two consumers of 240
- * registers (none); consumers issuing their products in turns (named
- * barriers) 5.57. The products and the rounds each run at about half their
- * units' rates and overlap little (bench/RESULTS_ROUNDS_2026-12-06.md,
- * forty-fourth session). */
+ * 64k (spills under the cap of 128 registers, and the products serialized
+ * again, C7518: a wait ptxas inserted in a divergent path), 8.1 with two
+ * consumers of 240 registers (none); consumers issuing their products in
+ * turns (named barriers) 5.57. The products and the rounds each run at
+ * about half their units' rates and overlap little
+ * (bench/RESULTS_ROUNDS_2026-12-06.md, forty-fourth session). */
 inline void importance_pass(__local ushort (*kt)[KC * WG_D], __local ulong *kfull, __local ulong *kempty,
                             word_t (*qa)[4], int nkeys, int nvis, int cur, float sl2, const float *lse2, topk_list *list,
                             uint *itk, __local uint *ws)

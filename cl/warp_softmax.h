@@ -48,19 +48,18 @@ inline bool warp_softmax(float *s, const float *mx, float *m, float *l, float *a
 #pragma unroll
     for (int r = 0; r < 2; ++r) rmax[r] = quad_max(mx[r], ws);
     const bool move = ballot(rmax[0] > m[0] + RESCALE_SLACK || rmax[1] > m[1] + RESCALE_SLACK, ws) != 0;
+    /* A row whose max is still -inf has only -inf scores: subtracting 0
+     * (base) instead gives its zeros from exp2 itself, with no test an
+     * element. At 64k on the H100 (2026-12-06) nsa_cmp_topk_wgmma went
+     * 5.15-5.21 -> 5.08-5.12 ms; nsa_fwd stayed at 14.89-14.97. */
+    float base[2];
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
         const float m_new = move ? fmax(m[r], rmax[r]) : m[r];
         alpha[r] = m_new == -INFINITY ? 1.0f : exp2(m[r] - m_new);
         m[r] = m_new;
+        base[r] = m_new == -INFINITY ? 0.0f : m_new;
     }
-    /* A row whose max is still -inf has only -inf scores: subtracting 0
-     * instead gives its zeros from exp2 itself, with no test an element.
-     * At 64k on the H100 (2026-12-06) nsa_cmp_topk_wgmma went 5.15-5.21
-     * -> 5.08-5.12 ms; nsa_fwd stayed at 14.89-14.97. */
-    float base[2];
-#pragma unroll
-    for (int r = 0; r < 2; ++r) base[r] = m[r] == -INFINITY ? 0.0f : m[r];
 #pragma unroll
     for (int i = 0; i < KC / 2; ++i) {
         const int r = (i >> 1) & 1;

@@ -217,7 +217,11 @@ inline float importance_round(const float *s, int c0, int nvis, int cur, float s
  * consumers of 240 registers (none); consumers issuing their products in
  * turns (named barriers) 5.57. The products and the rounds each run at
  * about half their units' rates and overlap little
- * (bench/RESULTS_ROUNDS_2026-12-06.md, forty-fourth session). */
+ * (bench/RESULTS_ROUNDS_2026-12-06.md, forty-fourth session). With no
+ * branch between the next products' issue and their wait (the list merged
+ * after it), ptxas serializes and spills nothing, and the kernel is no
+ * faster: 5.08 against 5.04-5.09 ms (H100, 2026-12-06, bench/RESULTS.md,
+ * forty-seventh session). */
 inline void importance_pass(__local ushort (*kt)[KC * WG_D], __local ulong *kfull, __local ulong *kempty,
                             word_t (*qa)[4], int nkeys, int nvis, int cur, float sl2, const float *lse2, topk_list *list,
                             uint *itk, __local uint *ws)

@@ -63,6 +63,10 @@ inline ulong wg_desc(__local const void *p, uint lbo, uint sbo)
     return (ulong)((addr & 0x3FFFF) >> 4) | ((ulong)(lbo >> 4) << 16) | ((ulong)(sbo >> 4) << 32);
 }
 
+/* The descriptor of the operand `bytes` (a multiple of 16) past d's: the
+ * address field only (it cannot carry out: local memory is under 256 KB). */
+inline ulong wg_desc_plus(ulong d, uint bytes) { return d + (ulong)(bytes >> 4); }
+
 /* The products' shared parts: the predicate "accumulate" (operand n), the
  * inputs (A's four words, B's descriptor, the flag), and the tail of the
  * instruction with B's layout. */

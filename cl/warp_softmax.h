@@ -42,7 +42,13 @@ inline void warp_mask(float *s, float scale_log2, int n, float *mx)
 #ifndef RESCALE_SLACK
 #define RESCALE_SLACK 8.0f
 #endif
-inline bool warp_softmax(float *s, const float *mx, float *m, float *l, float *alpha, __local uint *ws)
+/* warp_softmax_scaled: the same step on the scores s * sl, s masked with
+ * scale 1 and mx then scaled (the max commutes with a positive scale), so
+ * that the scale rides in each exponential's multiply-add instead of a
+ * multiply an element (nsa_cmp_topk_wgmma.cl's branch_softmax);
+ * warp_softmax is it with sl 1. */
+inline bool warp_softmax_scaled(float *s, float sl, const float *mx, float *m, float *l, float *alpha,
+                                __local uint *ws)
 {
     float psum[2] = {0.0f, 0.0f}, rmax[2];
 #pragma unroll
@@ -56,20 +62,28 @@ inline bool warp_softmax(float *s, const float *mx, float *m, float *l, float *a
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
         const float m_new = move ? fmax(m[r], rmax[r]) : m[r];
-        alpha[r] = m_new == -INFINITY ? 1.0f : exp2(m[r] - m_new);
-        m[r] = m_new;
         base[r] = m_new == -INFINITY ? 0.0f : m_new;
+        /* Against base, not m_new: a row still at -inf gets 0 instead of
+         * exp2(NaN), with no test of its own (its l and O are 0 either
+         * way). nsa_fwd at 64k on the H100 (2026-12-07): 14.93-14.99 ->
+         * 14.69-14.80 ms, and no spills (4 stores and loads before). */
+        alpha[r] = exp2(m[r] - base[r]);
+        m[r] = m_new;
     }
 #pragma unroll
     for (int i = 0; i < KC / 2; ++i) {
         const int r = (i >> 1) & 1;
-        const float p = exp2(s[i] - base[r]);
+        const float p = exp2(s[i] * sl - base[r]);
         s[i] = p;
         psum[r] += p;
     }
 #pragma unroll
     for (int r = 0; r < 2; ++r) l[r] = l[r] * alpha[r] + psum[r];
     return move;
+}
+inline bool warp_softmax(float *s, const float *mx, float *m, float *l, float *alpha, __local uint *ws)
+{
+    return warp_softmax_scaled(s, 1.0f, mx, m, l, alpha, ws);
 }
 
 /* The A fragments of k-step kk of a product over the chunk's keys, from

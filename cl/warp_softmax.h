@@ -65,7 +65,7 @@ inline bool warp_softmax_scaled(float *s, float sl, const float *mx, float *m, f
         base[r] = m_new == -INFINITY ? 0.0f : m_new;
         /* Against base, not m_new: a row still at -inf gets 0 instead of
          * exp2(NaN), with no test of its own (its l and O are 0 either
-         * way). nsa_fwd at 64k on the H100 (2026-12-07): 14.93-14.99 ->
+         * way). nsa_fwd at 64k on the H100 (2026-12-07): 14.93-15.04 ->
          * 14.69-14.80 ms, and no spills (4 stores and loads before). */
         alpha[r] = exp2(m[r] - base[r]);
         m[r] = m_new;

@@ -121,8 +121,9 @@ inline void produce(__local ushort *ring, int nst, __local ulong *full, __local 
     }
 }
 
-/* The bytes of e elements of a stage: a k-step of 16 is 128 elements on
- * both stages (two core matrices of 8 rows of 8), half of V's D 64 * KC. */
+/* The bytes of e elements of a stage, for the products' offsets: a k-step
+ * (16 head dims of K, 16 keys of V) is two core matrices of 8 x 8, 128
+ * elements, on both stages; the second half of V's D starts 64 * KC in. */
 inline uint stage_bytes(int e) { return (uint)e * (uint)sizeof(ushort); }
 
 /* Chunk it's scores s = Q K^T from K stage it % NSTK, which it waits for
@@ -137,7 +138,8 @@ inline void stage_scores(float *s, word_t (*qa)[4], __local ushort (*kt)[KC * WG
     wg_fence();
     const ulong d0 = wg_desc(kt[sk], 128, 2048); /* why once a stage: stage_values */
 #pragma unroll
-    for (int ks = 0; ks < WG_D / 16; ++ks) WGMMA_M64N32K16(MMA_AB, s, qa[ks], wg_desc_plus(d0, stage_bytes(ks * 128)), ks > 0, 0);
+    for (int ks = 0; ks < WG_D / 16; ++ks)
+        WGMMA_M64N32K16(MMA_AB, s, qa[ks], wg_desc_plus(d0, stage_bytes(ks * 128)), ks > 0, 0);
     wg_commit();
     wg_wait_all();
     mbar_arrive(&kempty[sk]);
@@ -158,7 +160,8 @@ inline void stage_values(float *oacc, word_t (*pa)[4], __local ushort (*vt)[KC *
     for (int ks = 0; ks < KC / 16; ++ks)
 #pragma unroll
         for (int hh = 0; hh < 2; ++hh)
-            WGMMA_M64N64K16(MMA_AB, oacc + 32 * hh, pa[ks], wg_desc_plus(d0, stage_bytes(ks * 128 + hh * 64 * KC)), 1, 1);
+            WGMMA_M64N64K16(MMA_AB, oacc + 32 * hh, pa[ks], wg_desc_plus(d0, stage_bytes(ks * 128 + hh * 64 * KC)),
+                            1, 1);
     wg_commit();
     wg_wait_all();
     mbar_arrive(&vempty[sv]);

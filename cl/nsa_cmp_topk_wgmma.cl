@@ -266,23 +266,6 @@ inline void prefetch_next_queries(__global const store_t *q, idx_t q_off, idx4_t
                  : "memory");
 }
 
-/* The compressed branch's online softmax of a chunk's scores s, n of its
- * keys visible: all of them but in a token's last chunks, so the mask with
- * n = KC, a call of its own, drops its 8 compares and 16 selects; the scale
- * rides in the exponentials (warp_softmax_scaled). At 64k on two H100s
- * (2026-12-07): 4.82-4.85 -> 4.68-4.74 ms; the mask alone 4.76-4.82, the
- * scale alone 4.84; the whole softmax in two calls, not only the mask,
- * 5.14. */
-inline bool branch_softmax(float *s, float sl2, int n, float *m, float *l, float *a, __local uint *ws)
-{
-    float mx[2];
-    if (n >= KC) warp_mask(s, 1.0f, KC, mx);
-    else warp_mask(s, 1.0f, n, mx);
-    mx[0] *= sl2;
-    mx[1] *= sl2;
-    return warp_softmax_scaled(s, sl2, mx, m, l, a, ws);
-}
-
 /* A consumer warpgroup (cw of NCONS), warp w of it: its token of every
  * tile. Reading the next tile's queries during pass 2, when O's registers
  * are free, instead of at the tile's start lost: 6.20 -> 7.06-7.27 ms at
@@ -318,7 +301,7 @@ inline void consume(__local ushort (*kt)[KC * WG_D], __local ushort (*vt)[KC * W
             float s[KC / 2];
             word_t pa[KC / 16][4];
             stage_scores(s, qa, kt, kfull, kempty, itk);
-            if (branch_softmax(s, sl2, nvis - c0, m, l, a, ws)) {
+            if (warp_softmax_masked(s, sl2, nvis - c0, m, l, a, ws)) {
 #pragma unroll
                 for (int j = 0; j < WG_D / 2; ++j) oacc[j] *= a[(j >> 1) & 1];
             }

@@ -27,12 +27,11 @@ inline void topk_queries(__global const store_t *qh, idx_t hs, int tile, word_t 
 inline void topk_lse(const word_t *qa, int tile, __global const store_t *k, idx_t k_rs, int n, float sl2, float *lse2,
                      __local uint *ws)
 {
-    float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f}, s[KC / 2], mx[2], alpha[2];
+    float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f}, s[KC / 2], alpha[2];
     for (int c0 = 0; c0 < n; c0 += KC) {
         const int hi = min(KC, n - c0);
         warp_scores(s, qa, k + (idx_t)c0 * k_rs, k_rs, 0, hi, 0, ws);
-        warp_mask(s, sl2, hi, mx);
-        warp_softmax(s, mx, m, l, alpha, ws);
+        warp_softmax_masked(s, sl2, hi, m, l, alpha, ws);
     }
     const int gq = lane_id() >> 2;
 #pragma unroll
@@ -43,17 +42,17 @@ inline void topk_lse(const word_t *qa, int tile, __global const store_t *k, idx_
 }
 
 /* Adds to colp[2*nb + e] the probabilities of the lane's two rows in
- * column 8*nb + 2t + e of the chunk's scores s (log2 units, masked). */
-inline void topk_add_probs(const float *s, const float *lse2, float *colp)
+ * column 8*nb + 2t + e of the chunk's scores s (masked, not scaled: sl2
+ * rides in the exponentials). A row that sees nothing (lse2 -inf) is
+ * subtracted +inf, so exp2 itself gives its zeros with no test an element. */
+inline void topk_add_probs(const float *s, float sl2, const float *lse2, float *colp)
 {
+    const float b0 = lse2[0] == -INFINITY ? INFINITY : lse2[0], b1 = lse2[1] == -INFINITY ? INFINITY : lse2[1];
 #pragma unroll
     for (int nb = 0; nb < KC / 8; ++nb)
 #pragma unroll
-        for (int e = 0; e < 2; ++e) {
-            const float p0 = lse2[0] == -INFINITY ? 0.0f : exp2(s[4 * nb + e] - lse2[0]);
-            const float p1 = lse2[1] == -INFINITY ? 0.0f : exp2(s[4 * nb + 2 + e] - lse2[1]);
-            colp[2 * nb + e] += p0 + p1;
-        }
+        for (int e = 0; e < 2; ++e)
+            colp[2 * nb + e] += exp2(s[4 * nb + e] * sl2 - b0) + exp2(s[4 * nb + 2 + e] * sl2 - b1);
 }
 
 /* Pass 2: scores the selection blocks 0 .. ncand-1 (cur: the query's own
@@ -78,8 +77,8 @@ inline void topk_select(word_t *qa, __global const store_t *qh, idx_t hs, const 
             for (int tile = 0; tile < NGT; ++tile) {
                 if (NGT > 1) topk_queries(qh, hs, tile, qa);
                 warp_scores(s, qa, kb + (idx_t)(i_lo + k0) * k_rs, k_rs, 0, hi, 0, ws);
-                warp_mask(s, sl2, hi, mx);
-                topk_add_probs(s, lse2 + 2 * tile, colp);
+                if (hi < KC) warp_mask(s, 1.0f, hi, mx); /* whole chunks: every key visible */
+                topk_add_probs(s, sl2, lse2 + 2 * tile, colp);
             }
             /* colp[i] is column 8(i/2) + 2tq + i%2 */
             int i0;

@@ -45,7 +45,7 @@ inline void warp_mask(float *s, float scale_log2, int n, float *mx)
 /* warp_softmax_scaled: the same step on the scores s * sl, s masked with
  * scale 1 and mx then scaled (the max commutes with a positive scale), so
  * that the scale rides in each exponential's multiply-add instead of a
- * multiply an element (nsa_cmp_topk_wgmma.cl's branch_softmax);
+ * multiply an element (warp_softmax_masked, below);
  * warp_softmax is it with sl 1. */
 inline bool warp_softmax_scaled(float *s, float sl, const float *mx, float *m, float *l, float *alpha,
                                 __local uint *ws)
@@ -84,6 +84,25 @@ inline bool warp_softmax_scaled(float *s, float sl, const float *mx, float *m, f
 inline bool warp_softmax(float *s, const float *mx, float *m, float *l, float *alpha, __local uint *ws)
 {
     return warp_softmax_scaled(s, 1.0f, mx, m, l, alpha, ws);
+}
+
+/* The online softmax step of a chunk of scores s (not yet scaled) whose
+ * first n keys are visible: all of them but in a row's last chunks, so the
+ * mask with n = KC, a call of its own, drops its compares and selects, and
+ * the scale sl rides in the exponentials (warp_softmax_scaled). On H100s
+ * (2026-12-07): nsa_cmp_topk_wgmma at 64k 4.82-4.85 -> 4.68-4.74 ms (the
+ * mask alone 4.76-4.82, the scale alone 4.84; the whole softmax in two
+ * calls, not only the mask, 5.14); the fused forward's top-k pass 1
+ * (nsa_topk_warp.h), with pass 2 alike, nsa_fwd at 8k 1.797-1.808 ->
+ * 1.787-1.792. */
+inline bool warp_softmax_masked(float *s, float sl, int n, float *m, float *l, float *alpha, __local uint *ws)
+{
+    float mx[2];
+    if (n >= KC) warp_mask(s, 1.0f, KC, mx);
+    else warp_mask(s, 1.0f, n, mx);
+    mx[0] *= sl;
+    mx[1] *= sl;
+    return warp_softmax_scaled(s, sl, mx, m, l, alpha, ws);
 }
 
 /* The A fragments of k-step kk of a product over the chunk's keys, from

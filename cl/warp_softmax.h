@@ -92,9 +92,10 @@ inline bool warp_softmax(float *s, const float *mx, float *m, float *l, float *a
  * the scale sl rides in the exponentials (warp_softmax_scaled). On H100s
  * (2026-12-07): nsa_cmp_topk_wgmma at 64k 4.82-4.85 -> 4.68-4.74 ms (the
  * mask alone 4.76-4.82, the scale alone 4.84; the whole softmax in two
- * calls, not only the mask, 5.14); the fused forward's top-k pass 1
- * (nsa_topk_warp.h), with pass 2 alike, nsa_fwd at 8k 1.797-1.808 ->
- * 1.787-1.792. */
+ * calls, not only the mask, 5.14). The warp kernels' top-k takes it in
+ * pass 1 and the same trick in pass 2 (nsa_topk_warp.h); the fused
+ * forward, which runs pass 2 only, went 1.797-1.808 -> 1.787-1.792 ms at
+ * 8k. */
 inline bool warp_softmax_masked(float *s, float sl, int n, float *m, float *l, float *alpha, __local uint *ws)
 {
     float mx[2];

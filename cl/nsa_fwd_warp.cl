@@ -318,7 +318,7 @@ __kernel __attribute__((reqd_work_group_size(NW * WARP, 1, 1))) void nsa_fwd(
     {
         float lse2[2];
 #pragma unroll
-        for (int r = 0; r < 2; ++r) lse2[r] = gq + 8 * r < ng && l[r] > 0.0f ? m[r] + log2(l[r]) : -INFINITY;
+        for (int r = 0; r < 2; ++r) lse2[r] = gq + 8 * r < ng && l[r] > 0.0f ? m[r] + log2(l[r]) : INFINITY;
         const int cur = tl / BS;
         topk_select(qa, q + at4(q_off, q_st, b, t, hq0, 0), q_st.z, lse2, kc + at4(kc_off, kc_st, b, row0, h, 0),
                     kc_st.y, nvis, cur, live ? cur + 1 : 0, sl2, pc_all + warp * PC_MAX, &list, ws);

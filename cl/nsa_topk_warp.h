@@ -22,8 +22,9 @@ inline void topk_queries(__global const store_t *qh, idx_t hs, int tile, word_t 
     load_afrag(qh + (idx_t)r0 * hs, r0 < G, qh + (idx_t)(r0 + 8) * hs, r0 + 8 < G, DK, qa);
 }
 
-/* Pass 1: lse2 (log2 units) of the tile's rows over n keys; -inf for a row
- * past G or one that sees nothing. */
+/* Pass 1: lse2 (log2 units) of the tile's rows over n keys; +inf for a row
+ * past G or one that sees nothing, so that pass 2 gives it zeros from exp2
+ * itself (topk_add_probs), as nsa_cmp_topk_wgmma.cl's rows do. */
 inline void topk_lse(const word_t *qa, int tile, __global const store_t *k, idx_t k_rs, int n, float sl2, float *lse2,
                      __local uint *ws)
 {
@@ -37,22 +38,21 @@ inline void topk_lse(const word_t *qa, int tile, __global const store_t *k, idx_
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
         const float lt = quad_sum(l[r], ws);
-        lse2[r] = lt > 0.0f && tile * 16 + gq + 8 * r < G ? m[r] + log2(lt) : -INFINITY;
+        lse2[r] = lt > 0.0f && tile * 16 + gq + 8 * r < G ? m[r] + log2(lt) : INFINITY;
     }
 }
 
 /* Adds to colp[2*nb + e] the probabilities of the lane's two rows in
  * column 8*nb + 2t + e of the chunk's scores s (masked, not scaled: sl2
- * rides in the exponentials). A row that sees nothing (lse2 -inf) is
- * subtracted +inf, so exp2 itself gives its zeros with no test an element. */
+ * rides in the exponentials). A row that sees nothing has lse2 +inf
+ * (topk_lse), so exp2 itself gives its zeros with no test an element. */
 inline void topk_add_probs(const float *s, float sl2, const float *lse2, float *colp)
 {
-    const float b0 = lse2[0] == -INFINITY ? INFINITY : lse2[0], b1 = lse2[1] == -INFINITY ? INFINITY : lse2[1];
 #pragma unroll
     for (int nb = 0; nb < KC / 8; ++nb)
 #pragma unroll
         for (int e = 0; e < 2; ++e)
-            colp[2 * nb + e] += exp2(s[4 * nb + e] * sl2 - b0) + exp2(s[4 * nb + 2 + e] * sl2 - b1);
+            colp[2 * nb + e] += exp2(s[4 * nb + e] * sl2 - lse2[0]) + exp2(s[4 * nb + 2 + e] * sl2 - lse2[1]);
 }
 
 /* Pass 2: scores the selection blocks 0 .. ncand-1 (cur: the query's own

@@ -523,7 +523,7 @@ inline void warp_scores(float *s, const word_t *qa, __global const store_t *k, i
     else warp_products(s, qa, k, k_rs, lo, hi, DK, ws);
 }
 
-/* warp_mask, warp_softmax and p_afrag, the online softmax of a chunk: warp_softmax.h. */
+/* warp_softmax_masked and p_afrag, the online softmax of a chunk: warp_softmax.h. */
 
 /* With V_STAGE (set by the host where it pays, instead of V_EARLY; needs
  * ACC_TRANS) the chunk's V rows are copied into the warp's local tile vt
@@ -554,7 +554,7 @@ inline void warp_attend_chunk(const word_t *qa, float *m, float *l, float *acc, 
                               __global const store_t *v, idx_t v_rs, int n, float scale_log2, int lines,
                               __local store_t *vt, __local uint *ws)
 {
-    float s[KC / 2], mx[2], alpha[2];
+    float s[KC / 2], alpha[2];
 #if V_STAGE
     warp_sync(ws); /* every lane is done reading the last chunk's tile */
     stage_rows_by(vt, VT_RS, KC, DV, v, v_rs, n, lane_id(), WARP, true);
@@ -567,8 +567,7 @@ inline void warp_attend_chunk(const word_t *qa, float *m, float *l, float *acc, 
     for (int kk = 0; kk < KC / 16; ++kk) load_step_cols(xs[kk], v, v_rs, kk, 0, n, DV);
 #endif
     warp_scores(s, qa, k, k_rs, 0, n, lines, ws);
-    warp_mask(s, scale_log2, n, mx);
-    if (warp_softmax(s, mx, m, l, alpha, ws)) {
+    if (warp_softmax_masked(s, scale_log2, n, m, l, alpha, ws)) {
 #pragma unroll
         for (int i = 0; i < ACC_N; ++i) acc[i] *= alpha[(i >> 1) & 1];
     }
@@ -652,10 +651,9 @@ inline void wg_chunk_done(void)
 inline void lds_attend_chunk(const word_t *qa, float *m, float *l, float *acc, __local const store_t *c, int n,
                              float scale_log2, __local uint *ws)
 {
-    float s[KC / 2], mx[2], alpha[2];
+    float s[KC / 2], alpha[2];
     lds_products(s, qa, c, KT_RS, 0, KC, DK, ws);
-    warp_mask(s, scale_log2, n, mx);
-    if (warp_softmax(s, mx, m, l, alpha, ws)) {
+    if (warp_softmax_masked(s, scale_log2, n, m, l, alpha, ws)) {
 #pragma unroll
         for (int i = 0; i < ACC_N; ++i) acc[i] *= alpha[(i >> 1) & 1];
     }

@@ -77,7 +77,7 @@ inline void topk_select(word_t *qa, __global const store_t *qh, idx_t hs, const 
             for (int tile = 0; tile < NGT; ++tile) {
                 if (NGT > 1) topk_queries(qh, hs, tile, qa);
                 warp_scores(s, qa, kb + (idx_t)(i_lo + k0) * k_rs, k_rs, 0, hi, 0, ws);
-                if (hi < KC) warp_mask(s, 1.0f, hi, mx); /* whole chunks: every key visible */
+                if (hi < KC) warp_mask(s, hi, mx); /* whole chunks: every key visible */
                 topk_add_probs(s, sl2, lse2 + 2 * tile, colp);
             }
             /* colp[i] is column 8(i/2) + 2tq + i%2 */

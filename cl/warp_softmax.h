@@ -10,9 +10,10 @@
  * units) and the lane's part of the running sum l.
  */
 
-/* Scales the scores to log2 units, masks chunk columns n and later (-inf),
- * and returns the row maxima of the lane's values. */
-inline void warp_mask(float *s, float scale_log2, int n, float *mx)
+/* Masks chunk columns n and later (-inf) of the scores, not yet scaled,
+ * and returns the row maxima of the lane's values (the scale rides in the
+ * exponentials: warp_softmax_scaled). */
+inline void warp_mask(float *s, int n, float *mx)
 {
     const int t = lane_id() & 3;
     mx[0] = mx[1] = -INFINITY;
@@ -21,8 +22,8 @@ inline void warp_mask(float *s, float scale_log2, int n, float *mx)
 #pragma unroll
         for (int e = 0; e < 2; ++e) {
             const int j = 8 * nb + 2 * t + e;
-            const float s0 = j < n ? s[4 * nb + e] * scale_log2 : -INFINITY;
-            const float s1 = j < n ? s[4 * nb + 2 + e] * scale_log2 : -INFINITY;
+            const float s0 = j < n ? s[4 * nb + e] : -INFINITY;
+            const float s1 = j < n ? s[4 * nb + 2 + e] : -INFINITY;
             s[4 * nb + e] = s0;
             s[4 * nb + 2 + e] = s1;
             mx[0] = fmax(mx[0], s0);
@@ -42,8 +43,8 @@ inline void warp_mask(float *s, float scale_log2, int n, float *mx)
 #ifndef RESCALE_SLACK
 #define RESCALE_SLACK 8.0f
 #endif
-/* warp_softmax_scaled: the same step on the scores s * sl, s masked with
- * scale 1 and mx then scaled (the max commutes with a positive scale), so
+/* warp_softmax_scaled: the same step on the scores s * sl, s masked
+ * unscaled (warp_mask) and mx then scaled (the max commutes with a positive scale), so
  * that the scale rides in each exponential's multiply-add instead of a
  * multiply an element (warp_softmax_masked, below);
  * warp_softmax is it with sl 1, for the block-sparse forward, whose
@@ -102,8 +103,8 @@ inline bool warp_softmax(float *s, const float *mx, float *m, float *l, float *a
 inline bool warp_softmax_masked(float *s, float sl, int n, float *m, float *l, float *alpha, __local uint *ws)
 {
     float mx[2];
-    if (n >= KC) warp_mask(s, 1.0f, KC, mx);
-    else warp_mask(s, 1.0f, n, mx);
+    if (n >= KC) warp_mask(s, KC, mx);
+    else warp_mask(s, n, mx);
     mx[0] *= sl;
     mx[1] *= sl;
     return warp_softmax_scaled(s, sl, mx, m, l, alpha, ws);

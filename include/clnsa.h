@@ -274,7 +274,9 @@ typedef struct clnsa_nsa_config {
     int window;       /* sliding window w (default 0 = off; g_swa then must be absent) */
     int init_blocks;  /* forced leading blocks (default 1) */
     int local_blocks; /* forced blocks ending at the query's block (default 2) */
-    float scale;      /* softmax scale; 0 = 1/sqrt(DK) (default) */
+    float scale;      /* softmax scale; 0 = 1/sqrt(DK) (default), else
+                         a normal float up to 1e30 (a subnormal one is
+                         flushed to 0 by GPU compilers) */
     int keep_ds;      /* backward: which branches' dk/dv passes keep dS in
                          the workspace for dq, which then reads it instead
                          of recomputing P and dP (one matrix product there
@@ -465,8 +467,9 @@ CLNSA_API clnsa_status clnsa_nsa_backward(clnsa_context *ctx, cl_command_queue q
  *   runs with another work-group size, give bitwise equal gradients.
  */
 typedef struct clnsa_blocksparse_config {
-    float scale;      /* 0 = 1/sqrt(D) (default) */
-    float softcap;    /* c > 0 turns the soft cap on; 0 = off (default) */
+    float scale;      /* 0 = 1/sqrt(D) (default), else a normal float up to 1e30 */
+    float softcap;    /* c > 0 turns the soft cap on (a normal float up
+                         to 1e30); 0 = off (default) */
     int causal;       /* 0 (default) or 1 */
     int window_left;  /* L >= 0, or -1 = unbounded (default) */
     int window_right; /* R >= 0, or -1 = unbounded (default) */

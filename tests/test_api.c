@@ -626,6 +626,12 @@ static void test_config_out_of_range(void **state)
     c = valid_call();
     c.cfg_v.scale = -0.5f;
     expect_fail(c, CLNSA_ERROR_INVALID_ARGUMENT, "config.scale:", 0);
+    c = valid_call(); /* subnormal: NVIDIA's compiler flushes it to 0 (NaN from -inf * 0) */
+    c.cfg_v.scale = 1e-40f;
+    expect_fail(c, CLNSA_ERROR_INVALID_ARGUMENT, "config.scale:", 0);
+    c = valid_call(); /* past 1e30: scale * log2(e) times a score may overflow */
+    c.cfg_v.scale = 1e31f;
+    expect_fail(c, CLNSA_ERROR_INVALID_ARGUMENT, "config.scale:", 0);
     c = valid_call();
     c.cfg_v.block_count = 0;
     expect_fail(c, CLNSA_ERROR_INVALID_ARGUMENT, "config.block_count:", 0);

@@ -668,6 +668,16 @@ static void test_errors(void **state)
     assert_int_equal(clnsa_blocksparse_forward(env.ctx, env.queue, &cfg, &in, &out, NULL, 0, 0, NULL, &ev),
                      CLNSA_ERROR_INVALID_ARGUMENT);
     cfg.window_left = -1;
+    /* subnormal (flushed to 0 by GPU compilers) or past 1e30: refused, by name */
+    const float bad[] = {1e-40f, 1e31f, -1.0f, NAN};
+    for (int i = 0; i < 8; ++i) {
+        float *param = i < 4 ? &cfg.scale : &cfg.softcap;
+        *param = bad[i % 4];
+        assert_int_equal(clnsa_blocksparse_forward(env.ctx, env.queue, &cfg, &in, &out, NULL, 0, 0, NULL, &ev),
+                         CLNSA_ERROR_INVALID_ARGUMENT);
+        assert_non_null(strstr(clnsa_last_error(env.ctx), i < 4 ? "config.scale" : "config.softcap"));
+        *param = 0.0f;
+    }
     in.kv_segment_ids = tensor2(m_m, CLNSA_DTYPE_I32, 2, 12);
     assert_int_equal(clnsa_blocksparse_forward(env.ctx, env.queue, &cfg, &in, &out, NULL, 0, 0, NULL, &ev),
                      CLNSA_ERROR_NULL_ARGUMENT);

@@ -1,6 +1,8 @@
-/* tensor.c: validation of tensor views, and passing them to kernels. */
+/* tensor.c: validation of tensor views and float parameters, and passing them to kernels. */
 #include "internal.h"
 
+#include <float.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -301,4 +303,11 @@ clnsa_status chain_finish(clnsa_context *ctx, cmd_chain *c, cl_event *event)
     else if (c->last) clReleaseEvent(c->last);
     c->last = NULL;
     return CLNSA_SUCCESS;
+}
+
+clnsa_status param_check(const clnsa_context *ctx, const char *name, float v, const char *zero_means)
+{
+    if (v == 0.0f || (v >= FLT_MIN && v <= CLNSA_PARAM_MAX)) return CLNSA_SUCCESS;
+    return cx_fail(ctx, CLNSA_ERROR_INVALID_ARGUMENT, "%s: expected 0 (%s) or a value in [%g, %g], got %g", name, zero_means,
+                   (double)FLT_MIN, (double)CLNSA_PARAM_MAX, (double)v);
 }

@@ -22,12 +22,9 @@ void clnsa_blocksparse_config_init(clnsa_blocksparse_config *c)
 
 static clnsa_status check_config(clnsa_context *ctx, const clnsa_blocksparse_config *c)
 {
-    if (!(c->scale >= 0.0f) || isinf(c->scale))
-        return cx_fail(ctx, CLNSA_ERROR_INVALID_ARGUMENT,
-                       "config.scale: expected a finite value >= 0 (0 = 1/sqrt(D)), got %g", (double)c->scale);
-    if (!(c->softcap >= 0.0f) || isinf(c->softcap))
-        return cx_fail(ctx, CLNSA_ERROR_INVALID_ARGUMENT, "config.softcap: expected a finite value >= 0 (0 = off), got %g",
-                       (double)c->softcap);
+    clnsa_status st = param_check(ctx, "config.scale", c->scale, "1/sqrt(D)");
+    if (st == CLNSA_SUCCESS) st = param_check(ctx, "config.softcap", c->softcap, "off");
+    if (st != CLNSA_SUCCESS) return st;
     if (c->causal != 0 && c->causal != 1)
         return cx_fail(ctx, CLNSA_ERROR_INVALID_ARGUMENT, "config.causal: expected 0 or 1, got %d", c->causal);
     if (c->window_left < -1 || c->window_right < -1)

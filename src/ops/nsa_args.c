@@ -32,10 +32,7 @@ static clnsa_status check_config(clnsa_context *ctx, const clnsa_nsa_config *c)
         if (r[i].v < r[i].lo || r[i].v > r[i].hi)
             return cx_fail(ctx, CLNSA_ERROR_INVALID_ARGUMENT, "%s: expected %d..%d, got %d", r[i].name, r[i].lo,
                            r[i].hi, r[i].v);
-    if (!(c->scale >= 0.0f) || isinf(c->scale))
-        return cx_fail(ctx, CLNSA_ERROR_INVALID_ARGUMENT, "config.scale: expected a finite value >= 0 (0 = 1/sqrt(DK)), got %g",
-                       (double)c->scale);
-    return CLNSA_SUCCESS;
+    return param_check(ctx, "config.scale", c->scale, "1/sqrt(DK)");
 }
 
 static tensor_spec spec(const char *name, clnsa_dtype dt, int rank, int64_t a, int64_t b, int64_t c, int64_t d,

@@ -265,6 +265,12 @@ CLNSA_API const clnsa_device_info *clnsa_context_device_info(const clnsa_context
  *    [0, S]). Query t attends to the keys s <= t of its selected blocks.
  * 3. Sliding window: query t sees keys s with t - window < s <= t.
  */
+/* The configs' float parameters (scale, softcap) other than 0 are normal
+ * floats (FLT_MIN and up: a subnormal one is flushed to 0 by GPU compilers)
+ * up to CLNSA_PARAM_MAX; others are refused with
+ * CLNSA_ERROR_INVALID_ARGUMENT. */
+#define CLNSA_PARAM_MAX 1.0e30f
+
 typedef struct clnsa_nsa_config {
     int block_size;   /* l', selection block (default 64) */
     int block_count;  /* S, selected blocks per query (default 16); the
@@ -275,8 +281,7 @@ typedef struct clnsa_nsa_config {
     int init_blocks;  /* forced leading blocks (default 1) */
     int local_blocks; /* forced blocks ending at the query's block (default 2) */
     float scale;      /* softmax scale; 0 = 1/sqrt(DK) (default), else
-                         a normal float up to 1e30 (a subnormal one is
-                         flushed to 0 by GPU compilers) */
+                         a normal float up to CLNSA_PARAM_MAX */
     int keep_ds;      /* backward: which branches' dk/dv passes keep dS in
                          the workspace for dq, which then reads it instead
                          of recomputing P and dP (one matrix product there
@@ -467,9 +472,9 @@ CLNSA_API clnsa_status clnsa_nsa_backward(clnsa_context *ctx, cl_command_queue q
  *   runs with another work-group size, give bitwise equal gradients.
  */
 typedef struct clnsa_blocksparse_config {
-    float scale;      /* 0 = 1/sqrt(D) (default), else a normal float up to 1e30 */
+    float scale;      /* 0 = 1/sqrt(D) (default), else a normal float up to CLNSA_PARAM_MAX */
     float softcap;    /* c > 0 turns the soft cap on (a normal float up
-                         to 1e30); 0 = off (default) */
+                         to CLNSA_PARAM_MAX); 0 = off (default) */
     int causal;       /* 0 (default) or 1 */
     int window_left;  /* L >= 0, or -1 = unbounded (default) */
     int window_right; /* R >= 0, or -1 = unbounded (default) */

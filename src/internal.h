@@ -103,11 +103,10 @@ uint64_t tensor_extent(const clnsa_tensor *t);
 bool tensor_rows_aligned(const clnsa_tensor *t);
 
 /* A float config parameter (scale, soft cap): 0 (its default: zero_means)
- * or a normal float no larger than CLNSA_PARAM_MAX. The kernels multiply
- * it by log2(e) or divide by it in f32, and NVIDIA's compiler flushes
- * subnormals to zero: a subnormal scale became 0 there, and the masked
- * scores' -inf times 0 a NaN; one past CLNSA_PARAM_MAX overflows. */
-#define CLNSA_PARAM_MAX 1.0e30f
+ * or a normal float no larger than CLNSA_PARAM_MAX (clnsa.h). The kernels
+ * multiply it by log2(e) or divide by it in f32, and NVIDIA's compiler
+ * flushes subnormals to zero: a subnormal scale became 0 there, and the
+ * masked scores' -inf times 0 a NaN. */
 clnsa_status param_check(const clnsa_context *ctx, const char *name, float v, const char *zero_means);
 
 /* ---------------------------------------------------------------- kernels */

@@ -4,6 +4,7 @@
 #include "fp16.h"
 
 #include <errno.h>
+#include <float.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -605,4 +606,12 @@ clnsa_tensor cli_t3(cl_mem m, clnsa_dtype dt, int64_t a, int64_t b, int64_t c)
 {
     const int64_t s[3] = {a, b, c};
     return clnsa_tensor_contiguous(m, dt, 3, s);
+}
+
+bool cli_param_ok(const char *cmd, const char *opt, double v)
+{
+    if (v == 0.0 || (v >= FLT_MIN && v <= CLNSA_PARAM_MAX)) return true;
+    fprintf(stderr, "clnsa %s: --%s: expected 0 (the default) or a value in [%g, %g], got %g\n", cmd, opt, (double)FLT_MIN,
+            (double)CLNSA_PARAM_MAX, v);
+    return false;
 }

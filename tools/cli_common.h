@@ -128,6 +128,11 @@ void cli_sort_doubles(double *x, size_t n);
  * sorts them. */
 double cli_median(double *x, size_t n);
 
+/* Whether a float config option (--scale, --softcap) is 0 or in the range
+ * the library takes (clnsa.h's CLNSA_PARAM_MAX); if not, says so for
+ * `clnsa cmd --opt`. */
+bool cli_param_ok(const char *cmd, const char *opt, double v);
+
 /* Parses s, a comma-separated list of at most max integers in [lo, hi],
  * into out: their count, or -1 after a message naming cmd and opt. */
 int cli_parse_int_list(const char *cmd, const char *opt, const char *s, int lo, int hi, int *out, int max);

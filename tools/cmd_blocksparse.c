@@ -327,12 +327,8 @@ int cmd_blocksparse(int argc, char **argv)
         fprintf(stderr, "clnsa blocksparse: --window: expected L,R with each >= -1 (-1 = unbounded), got '%s'\n", o.window);
         return CLI_USAGE;
     }
-    if (!(o.scale >= 0.0) || o.scale > 3.4e38 || !(o.softcap >= 0.0) || o.softcap > 3.4e38) {
-        fprintf(stderr, "clnsa blocksparse: --%s: expected a finite value >= 0, got %g\n",
-                !(o.scale >= 0.0) || o.scale > 3.4e38 ? "scale" : "softcap",
-                !(o.scale >= 0.0) || o.scale > 3.4e38 ? o.scale : o.softcap);
+    if (!cli_param_ok("blocksparse", "scale", o.scale) || !cli_param_ok("blocksparse", "softcap", o.softcap))
         return CLI_USAGE;
-    }
     bs_files f;
     cli_env env;
     memset(&env, 0, sizeof env);

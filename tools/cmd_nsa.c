@@ -312,10 +312,7 @@ int cmd_nsa(int argc, char **argv)
         fprintf(stderr, "clnsa nsa: --in DIR and --out DIR are required (see clnsa nsa --help)\n");
         return CLI_USAGE;
     }
-    if (!(o.scale >= 0.0) || o.scale > 3.4e38) {
-        fprintf(stderr, "clnsa nsa: --scale: expected a finite value >= 0 (0 = 1/sqrt(DK)), got %g\n", o.scale);
-        return CLI_USAGE;
-    }
+    if (!cli_param_ok("nsa", "scale", o.scale)) return CLI_USAGE;
 
     nsa_files f;
     plan p;

@@ -65,8 +65,8 @@ typedef struct {
 /* Tile i of the persistent loop, heaviest first. Every work-group then
  * meets its tile boundaries (where the queries are read and o written) at
  * about the same time as the others; rotating each one's list of tiles to
- * spread them out was level (4.65 ms at 64k on the H100, 2026-12-07,
- * bench/RESULTS.md's fifty-second session). */
+ * spread them out was level (4.65 ms at 64k on the H100, 2026-12-07, the
+ * fifty-second session in bench/RESULTS_ROUNDS_2026-12-07.md). */
 inline cmp_tile tile_at(int i, int T, int B)
 {
     cmp_tile t;

@@ -2,7 +2,6 @@
 #include "internal.h"
 
 #include <float.h>
-#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>

@@ -265,12 +265,6 @@ CLNSA_API const clnsa_device_info *clnsa_context_device_info(const clnsa_context
  *    [0, S]). Query t attends to the keys s <= t of its selected blocks.
  * 3. Sliding window: query t sees keys s with t - window < s <= t.
  */
-/* The configs' float parameters (scale, softcap) other than 0 are normal
- * floats (FLT_MIN and up: a subnormal one is flushed to 0 by GPU compilers)
- * up to CLNSA_PARAM_MAX; others are refused with
- * CLNSA_ERROR_INVALID_ARGUMENT. */
-#define CLNSA_PARAM_MAX 1.0e30f
-
 typedef struct clnsa_nsa_config {
     int block_size;   /* l', selection block (default 64) */
     int block_count;  /* S, selected blocks per query (default 16); the
@@ -293,6 +287,12 @@ typedef struct clnsa_nsa_config {
                          outgrow the device's largest allocation, the
                          compressed branch's first. */
 } clnsa_nsa_config;
+
+/* The configs' float parameters (scale, softcap) other than 0 are normal
+ * floats (FLT_MIN and up: a subnormal one is flushed to 0 by GPU compilers)
+ * up to CLNSA_PARAM_MAX; others are refused with
+ * CLNSA_ERROR_INVALID_ARGUMENT. */
+#define CLNSA_PARAM_MAX 1.0e30f
 
 /* The bits of config.keep_ds, each with the workspace it takes, in
  * elements of the storage dtype. The selected branch's dS:

@@ -610,8 +610,8 @@ clnsa_tensor cli_t3(cl_mem m, clnsa_dtype dt, int64_t a, int64_t b, int64_t c)
 
 bool cli_param_ok(const char *cmd, const char *opt, double v)
 {
-    if (v == 0.0 || (v >= FLT_MIN && v <= CLNSA_PARAM_MAX)) return true;
-    fprintf(stderr, "clnsa %s: --%s: expected 0 (the default) or a value in [%g, %g], got %g\n", cmd, opt, (double)FLT_MIN,
-            (double)CLNSA_PARAM_MAX, v);
+    if (v == 0.0 || (float)v != 0.0f) return true;
+    fprintf(stderr, "clnsa %s: --%s: %g becomes 0 (the default) as a float; expected 0 or a value in [%g, %g]\n", cmd, opt,
+            v, (double)FLT_MIN, (double)CLNSA_PARAM_MAX);
     return false;
 }

@@ -128,9 +128,10 @@ void cli_sort_doubles(double *x, size_t n);
  * sorts them. */
 double cli_median(double *x, size_t n);
 
-/* Whether a float config option (--scale, --softcap) is 0 or in the range
- * the library takes (clnsa.h's CLNSA_PARAM_MAX); if not, says so for
- * `clnsa cmd --opt`. */
+/* Whether a float config option (--scale, --softcap) keeps its meaning as
+ * the float the config holds; if not (a nonzero value that becomes 0, the
+ * default), says so for `clnsa cmd --opt`. The range is the library's to
+ * check (clnsa.h's CLNSA_PARAM_MAX), and its error names the parameter. */
 bool cli_param_ok(const char *cmd, const char *opt, double v);
 
 /* Parses s, a comma-separated list of at most max integers in [lo, hi],

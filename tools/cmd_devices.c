@@ -6,18 +6,6 @@
 
 #include <string.h>
 
-static const char *vendor_class(clnsa_vendor v)
-{
-    switch (v) {
-    case CLNSA_VENDOR_NVIDIA: return "nvidia";
-    case CLNSA_VENDOR_AMD: return "amd";
-    case CLNSA_VENDOR_INTEL: return "intel";
-    case CLNSA_VENDOR_POCL: return "pocl";
-    case CLNSA_VENDOR_MESA: return "mesa";
-    default: return "other";
-    }
-}
-
 static const char *bytes_str(cl_ulong b, char *buf, size_t size)
 {
     if (b >= (1ull << 30)) snprintf(buf, size, "%.1f GiB", (double)b / (double)(1ull << 30));
@@ -37,7 +25,7 @@ static void print_device(int p, int d, cl_device_id dev, bool is_default)
     }
     char g[32], l[32], sg[96] = "";
     printf("%c device %d:%d  %s%s\n", is_default ? '*' : ' ', p, d, in.name, is_default ? "  (default for run)" : "");
-    printf("    %-20s %s (%s)\n", "vendor", in.vendor_name, vendor_class(in.vendor));
+    printf("    %-20s %s (%s)\n", "vendor", in.vendor_name, tune_vendor_key(in.vendor));
     printf("    %-20s %s\n", "platform", in.platform_name);
     printf("    %-20s %s\n", "driver", in.driver_version);
     printf("    %-20s %s\n", "device version", in.device_version);

@@ -301,19 +301,29 @@ typedef struct {
     double seconds;
 } family_result;
 
+/* Is i among the n indices idx? */
+static bool listed(const int *idx, int n, int i)
+{
+    for (int j = 0; j < n; ++j)
+        if (idx[j] == i) return true;
+    return false;
+}
+
 /* The fastest few and the safe default timed again, interleaved run by run
  * (so that a drift of the device's speed hits them alike), their medians
- * replacing the first ones: one lucky first timing cannot win alone. */
+ * replacing the first ones: one lucky first timing cannot win alone. The
+ * others keep their first timings' ratios to the safe default, rescaled at
+ * each length to its time here: every time in the results is then in this
+ * phase's terms, where the merge compares them with the pick's. */
 static int confirm(const cli_env *env, op_setup *const *s, int nt, family_result *fr, int repeat)
 {
     int idx[4] = {0}, n = 1;
+    double base_first[TUNE_MAX_T];
+    memcpy(base_first, fr->c[0].ms_at, sizeof base_first);
     for (int k = 0; k < 3; ++k) { /* the three fastest others, by their first timing */
         int pick = -1;
-        for (int i = 1; i < fr->n; ++i) {
-            bool taken = false;
-            for (int j = 0; j < n; ++j) taken = taken || idx[j] == i;
-            if (!taken && fr->c[i].verdict == V_OK && (pick < 0 || fr->c[i].ms < fr->c[pick].ms)) pick = i;
-        }
+        for (int i = 1; i < fr->n; ++i)
+            if (!listed(idx, n, i) && fr->c[i].verdict == V_OK && (pick < 0 || fr->c[i].ms < fr->c[pick].ms)) pick = i;
         if (pick >= 0) idx[n++] = pick;
     }
     double ms[4][TUNE_MAX_T][64];
@@ -324,6 +334,12 @@ static int confirm(const cli_env *env, op_setup *const *s, int nt, family_result
                 if (run_forced(env, s[t], fr->family, fr->c[idx[j]].v, &ms[j][t][r])) return -1;
     for (int j = 0; j < n; ++j)
         for (int t = 0; t < nt; ++t) fr->c[idx[j]].ms_at[t] = cli_median(ms[j][t], (size_t)repeat);
+    for (int i = 1; i < fr->n; ++i) {
+        if (listed(idx, n, i) || fr->c[i].verdict != V_OK) continue;
+        for (int t = 0; t < nt; ++t)
+            if (base_first[t] > 0) fr->c[i].ms_at[t] *= fr->c[0].ms_at[t] / base_first[t];
+        fr->c[i].ms = weighted_ms(fr->c[i].ms_at, fr->c[0].ms_at, nt);
+    }
     fr->best = 0; /* idx[0] */
     for (int j = 0; j < n; ++j) {
         candidate *c = &fr->c[idx[j]];

@@ -4,8 +4,6 @@
 #include "cmds.h"
 #include "tune_common.h"
 
-#include <string.h>
-
 static const char *bytes_str(cl_ulong b, char *buf, size_t size)
 {
     if (b >= (1ull << 30)) snprintf(buf, size, "%.1f GiB", (double)b / (double)(1ull << 30));

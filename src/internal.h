@@ -15,6 +15,9 @@ clnsa_status cx_fail(const clnsa_context *ctx, clnsa_status status, const char *
     __attribute__((format(printf, 3, 4)));
 /* Clears this thread's message at the start of a public call. */
 void cx_clear(const clnsa_context *ctx);
+/* The start of a public workspace-size query: clears the message, checks
+ * ctx and bytes and sets *bytes to 0, so that a query that fails says 0. */
+clnsa_status cx_size_query(const clnsa_context *ctx, size_t *bytes);
 /* Maps an OpenCL error to CLNSA_ERROR_OPENCL with "what: CL_... (code)". */
 clnsa_status cx_fail_cl(const clnsa_context *ctx, cl_int err, const char *what);
 const char *cl_error_name(cl_int err);

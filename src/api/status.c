@@ -70,6 +70,15 @@ void cx_clear(const clnsa_context *ctx)
     last_error.text[0] = '\0';
 }
 
+clnsa_status cx_size_query(const clnsa_context *ctx, size_t *bytes)
+{
+    if (!ctx) return CLNSA_ERROR_NULL_ARGUMENT;
+    cx_clear(ctx);
+    if (!bytes) return cx_fail(ctx, CLNSA_ERROR_NULL_ARGUMENT, "bytes: expected a pointer, got NULL");
+    *bytes = 0;
+    return CLNSA_SUCCESS;
+}
+
 clnsa_status cx_fail(const clnsa_context *ctx, clnsa_status status, const char *fmt, ...)
 {
     va_list ap;

@@ -219,9 +219,7 @@ clnsa_status clnsa_blocksparse_backward_workspace_size(clnsa_context *ctx, const
                                                        const clnsa_blocksparse_grad_inputs *gin,
                                                        const clnsa_blocksparse_grads *grads, size_t *bytes)
 {
-    if (!ctx) return CLNSA_ERROR_NULL_ARGUMENT;
-    cx_clear(ctx);
-    if (!bytes) return cx_fail(ctx, CLNSA_ERROR_NULL_ARGUMENT, "bytes: expected a pointer, got NULL");
+    CHECK(cx_size_query(ctx, bytes));
     bwd_setup s;
     clnsa_status st = setup(ctx, config, in, gin, grads, &s);
     *bytes = st == CLNSA_SUCCESS ? s.total : 0;

@@ -124,9 +124,7 @@ clnsa_status clnsa_blocksparse_forward_workspace_size(clnsa_context *ctx, const 
                                                       const clnsa_blocksparse_inputs *in,
                                                       const clnsa_blocksparse_outputs *out, size_t *bytes)
 {
-    if (!ctx) return CLNSA_ERROR_NULL_ARGUMENT;
-    cx_clear(ctx);
-    if (!bytes) return cx_fail(ctx, CLNSA_ERROR_NULL_ARGUMENT, "bytes: expected a pointer, got NULL");
+    CHECK(cx_size_query(ctx, bytes));
     fwd_setup s;
     clnsa_status st = setup(ctx, config, in, out, &s);
     *bytes = st == CLNSA_SUCCESS ? s.total : 0;

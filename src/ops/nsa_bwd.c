@@ -703,10 +703,7 @@ clnsa_status clnsa_nsa_backward_workspace_size(clnsa_context *ctx, cl_command_qu
                                                const clnsa_nsa_inputs *in, const clnsa_nsa_outputs *saved,
                                                const clnsa_tensor *dout, const clnsa_nsa_grads *grads, size_t *bytes)
 {
-    if (!ctx) return CLNSA_ERROR_NULL_ARGUMENT;
-    cx_clear(ctx);
-    if (!bytes) return cx_fail(ctx, CLNSA_ERROR_NULL_ARGUMENT, "bytes: expected a pointer, got NULL");
-    *bytes = 0;
+    CHECK(cx_size_query(ctx, bytes));
     nsa_problem pb;
     bwd_workspace lay;
     CHECK(validate_bwd(ctx, config, in, saved, dout, grads, &pb));

@@ -418,9 +418,7 @@ clnsa_status nsa_check_workspace(clnsa_context *ctx, const nsa_workspace *lay, c
 clnsa_status clnsa_nsa_forward_workspace_size(clnsa_context *ctx, cl_command_queue queue, const clnsa_nsa_config *config,
                                               const clnsa_nsa_inputs *in, const clnsa_nsa_outputs *out, size_t *bytes)
 {
-    if (!ctx) return CLNSA_ERROR_NULL_ARGUMENT;
-    cx_clear(ctx);
-    if (!bytes) return cx_fail(ctx, CLNSA_ERROR_NULL_ARGUMENT, "bytes: expected a pointer, got NULL");
+    CHECK(cx_size_query(ctx, bytes));
     nsa_problem pb;
     nsa_workspace lay;
     clnsa_status st = nsa_validate(ctx, config, in, out, false, &pb);

@@ -207,6 +207,27 @@ static void test_null_queue(void **state)
     expect_fail(c, CLNSA_ERROR_NULL_ARGUMENT, "queue:", NO_WS_QUERY);
 }
 
+/* The four workspace queries without a place for their answer: refused,
+ * naming bytes, before anything else is looked at (the other arguments
+ * here are NULL or would fail later). */
+static void test_null_bytes(void **state)
+{
+    (void)state;
+    for (int i = 0; i < 4; ++i) {
+        clnsa_status st =
+            i == 0 ? clnsa_nsa_forward_workspace_size(env.ctx, env.queue, &base.cfg, &base.in, &base.out, NULL)
+            : i == 1 ? clnsa_nsa_backward_workspace_size(env.ctx, env.queue, &base.cfg, &base.in, &base.out, NULL, NULL, NULL)
+            : i == 2 ? clnsa_blocksparse_forward_workspace_size(env.ctx, NULL, NULL, NULL, NULL)
+                     : clnsa_blocksparse_backward_workspace_size(env.ctx, NULL, NULL, NULL, NULL, NULL);
+        assert_int_equal(st, CLNSA_ERROR_NULL_ARGUMENT);
+        assert_true(names(clnsa_last_error(env.ctx), "bytes:"));
+    }
+    size_t bytes = 12345; /* a query that fails says 0 */
+    assert_int_equal(clnsa_nsa_backward_workspace_size(env.ctx, env.queue, &base.cfg, &base.in, &base.out, NULL, NULL, &bytes),
+                     CLNSA_ERROR_NULL_ARGUMENT);
+    assert_int_equal(bytes, 0);
+}
+
 static void test_null_buffers(void **state)
 {
     (void)state;
@@ -797,6 +818,7 @@ int main(void)
         cmocka_unit_test(test_null_outputs),
         cmocka_unit_test(test_null_queue),
         cmocka_unit_test(test_null_buffers),
+        cmocka_unit_test(test_null_bytes),
         cmocka_unit_test(test_context_create_null_context),
         cmocka_unit_test(test_context_create_foreign_device),
         cmocka_unit_test(test_unknown_dtype),

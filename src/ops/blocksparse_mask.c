@@ -79,6 +79,29 @@ static clnsa_status run_plan(clnsa_context *ctx, cl_command_queue queue, bs_plan
     return st;
 }
 
+static bool mask_empty(const mask_view *v) { return v->nb == 0 || v->nh == 0 || v->nqb == 0 || v->nkb == 0; }
+
+/* Plans `kernel` over the tensors `all` (three; the program's index width
+ * follows the largest), leaving its arguments to the caller. */
+static clnsa_status plan_mask_kernel(clnsa_context *ctx, const clnsa_tensor *const *all, const char *kernel, bs_plan *plan,
+                                     kargs *a)
+{
+    const bool il = long_index(all, 3);
+    char defines[256];
+    bs_mask_defines(ctx, il, defines, sizeof defines);
+    return bs_plan_kernel(ctx, plan, bs_mask_files, defines, kernel, il, a);
+}
+
+/* After the caller set the arguments (`what` names them in an error): one
+ * work-item a block of `out`. */
+static clnsa_status finish_mask_kernel(clnsa_context *ctx, bs_plan *plan, const kargs *a, const char *what,
+                                       const mask_view *out)
+{
+    if (a->err != CL_SUCCESS) return cx_fail_cl(ctx, a->err, what);
+    bs_plan_range(plan, (size_t)out->nkb, (size_t)out->nqb, (size_t)(out->nb * out->nh), tune_blocksparse_aux_wg(&ctx->info));
+    return CLNSA_SUCCESS;
+}
+
 
 clnsa_status clnsa_block_mask_build(clnsa_context *ctx, cl_command_queue queue, const clnsa_block_mask_desc *d,
                                     clnsa_mask_op op, const clnsa_tensor *mask, cl_uint nwait, const cl_event *wait,
@@ -127,14 +150,11 @@ clnsa_status clnsa_block_mask_build(clnsa_context *ctx, cl_command_queue queue, 
                            (long long)sq->shape[0], (long long)v.nb);
     }
     /* An empty mask: nothing to write (the kernel divides by the head extent) */
-    if (v.nb == 0 || v.nh == 0 || v.nqb == 0 || v.nkb == 0) return run_plan(ctx, queue, &(bs_plan){0}, CLNSA_SUCCESS, nwait, wait, event);
+    if (mask_empty(&v)) return run_plan(ctx, queue, &(bs_plan){0}, CLNSA_SUCCESS, nwait, wait, event);
     const clnsa_tensor *all[] = {mask, sq, sk};
-    const bool il = long_index(all, 3);
-    char defines[256];
-    bs_mask_defines(ctx, il, defines, sizeof defines);
     bs_plan plan = {0};
     kargs a;
-    st = bs_plan_kernel(ctx, &plan, bs_mask_files, defines, "bs_mask_build", il, &a);
+    st = plan_mask_kernel(ctx, all, "bs_mask_build", &plan, &a);
     if (st == CLNSA_SUCCESS) {
         ka_int(&a, (int)d->kind);
         ka_int(&a, (int)op);
@@ -152,8 +172,7 @@ clnsa_status clnsa_block_mask_build(clnsa_context *ctx, cl_command_queue queue, 
         ka_int(&a, d->global_tokens);
         ka_tensor(&a, sq);
         ka_tensor(&a, sk);
-        if (a.err != CL_SUCCESS) st = cx_fail_cl(ctx, a.err, "bs_mask_build arguments");
-        else bs_plan_range(&plan, (size_t)v.nkb, (size_t)v.nqb, (size_t)(v.nb * v.nh), tune_blocksparse_aux_wg(&ctx->info));
+        st = finish_mask_kernel(ctx, &plan, &a, "bs_mask_build arguments", &v);
     }
     return run_plan(ctx, queue, &plan, st, nwait, wait, event);
 }
@@ -180,14 +199,11 @@ clnsa_status clnsa_block_mask_combine(clnsa_context *ctx, cl_command_queue queue
                            (long long)v->nb, (long long)v->nh, (long long)v->nqb, (long long)v->nkb);
     }
     /* An empty output: nothing to write (the kernel divides by the head extent) */
-    if (vo.nb == 0 || vo.nh == 0 || vo.nqb == 0 || vo.nkb == 0) return run_plan(ctx, queue, &(bs_plan){0}, CLNSA_SUCCESS, nwait, wait, event);
+    if (mask_empty(&vo)) return run_plan(ctx, queue, &(bs_plan){0}, CLNSA_SUCCESS, nwait, wait, event);
     const clnsa_tensor *all[] = {a, b, out};
-    const bool il = long_index(all, 3);
-    char defines[256];
-    bs_mask_defines(ctx, il, defines, sizeof defines);
     bs_plan plan = {0};
     kargs k;
-    st = bs_plan_kernel(ctx, &plan, bs_mask_files, defines, "bs_mask_combine", il, &k);
+    st = plan_mask_kernel(ctx, all, "bs_mask_combine", &plan, &k);
     if (st == CLNSA_SUCCESS) {
         ka_int(&k, (int)op);
         ka_mask_view(&k, a, &va);
@@ -196,8 +212,7 @@ clnsa_status clnsa_block_mask_combine(clnsa_context *ctx, cl_command_queue queue
         ka_int(&k, (int)vo.nqb);
         ka_int(&k, (int)vo.nkb);
         ka_int(&k, (int)vo.nh);
-        if (k.err != CL_SUCCESS) st = cx_fail_cl(ctx, k.err, "bs_mask_combine arguments");
-        else bs_plan_range(&plan, (size_t)vo.nkb, (size_t)vo.nqb, (size_t)(vo.nb * vo.nh), tune_blocksparse_aux_wg(&ctx->info));
+        st = finish_mask_kernel(ctx, &plan, &k, "bs_mask_combine arguments", &vo);
     }
     return run_plan(ctx, queue, &plan, st, nwait, wait, event);
 }

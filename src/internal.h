@@ -104,6 +104,13 @@ uint64_t tensor_extent(const clnsa_tensor *t);
  * dim stride, and the other strides and the offset multiples of 8 elements
  * (true for an absent tensor). */
 bool tensor_rows_aligned(const clnsa_tensor *t);
+/* An optional tensor: absent is fine, present must match `s`. */
+clnsa_status tensor_check_opt(const clnsa_context *ctx, const clnsa_tensor *t, tensor_spec s);
+/* Does a present one of the n tensors reach past element 2^31 - 1? Then the
+ * kernels index with 64-bit integers (IDX_LONG). NULL entries are absent. */
+bool tensors_need_long_index(const clnsa_tensor *const *ts, size_t n);
+/* A head dim the kernels take: a multiple of 8 in 8..256. */
+clnsa_status head_dim_check(const clnsa_context *ctx, const char *name, int64_t d);
 
 /* A float config parameter (scale, soft cap): 0 (its default: zero_means)
  * or a normal float no larger than CLNSA_PARAM_MAX (clnsa.h). The kernels

@@ -35,6 +35,26 @@ uint64_t tensor_extent(const clnsa_tensor *t)
     return last + 1;
 }
 
+clnsa_status tensor_check_opt(const clnsa_context *ctx, const clnsa_tensor *t, tensor_spec s)
+{
+    return tensor_present(t) ? tensor_check(ctx, t, &s) : CLNSA_SUCCESS;
+}
+
+bool tensors_need_long_index(const clnsa_tensor *const *ts, size_t n)
+{
+    for (size_t i = 0; i < n; ++i)
+        if (tensor_present(ts[i]) && tensor_extent(ts[i]) > 0x7fffffffull) return true;
+    return false;
+}
+
+clnsa_status head_dim_check(const clnsa_context *ctx, const char *name, int64_t d)
+{
+    if (d < 8 || d > 256 || d % 8)
+        return cx_fail(ctx, CLNSA_ERROR_SHAPE_MISMATCH, "%s: expected a head dim that is a multiple of 8 in 8..256, got %lld",
+                       name, (long long)d);
+    return CLNSA_SUCCESS;
+}
+
 bool tensor_rows_aligned(const clnsa_tensor *t)
 {
     if (!tensor_present(t)) return true;

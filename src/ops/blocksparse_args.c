@@ -37,19 +37,6 @@ static clnsa_status check_config(clnsa_context *ctx, const clnsa_blocksparse_con
     return CLNSA_SUCCESS;
 }
 
-static clnsa_status check_head_dim(clnsa_context *ctx, const char *name, int64_t d)
-{
-    if (d < 8 || d > 256 || d % 8)
-        return cx_fail(ctx, CLNSA_ERROR_SHAPE_MISMATCH, "%s: expected a head dim that is a multiple of 8 in 8..256, got %lld",
-                       name, (long long)d);
-    return CLNSA_SUCCESS;
-}
-
-static clnsa_status check_opt(clnsa_context *ctx, const clnsa_tensor *t, tensor_spec s)
-{
-    return tensor_present(t) ? tensor_check(ctx, t, &s) : CLNSA_SUCCESS;
-}
-
 /* The mask as [b, hq, qb, kb] with stride 0 where shared. */
 static clnsa_status check_mask(clnsa_context *ctx, const clnsa_tensor *m, bs_problem *pb)
 {
@@ -97,7 +84,7 @@ clnsa_status bs_validate(clnsa_context *ctx, const clnsa_blocksparse_config *cfg
     pb->Tq = (int)q->shape[1];
     pb->HQ = (int)q->shape[2];
     pb->D = (int)q->shape[3];
-    CHECK(check_head_dim(ctx, "q (D)", pb->D));
+    CHECK(head_dim_check(ctx, "q (D)", pb->D));
     CHECK(tensor_check(ctx, &in->k, &(tensor_spec){"k", pb->dtype, 4, {pb->B, -1, -1, pb->D}, false}));
     if (in->k.shape[1] < 1 || in->k.shape[1] > (1 << 30))
         return cx_fail(ctx, CLNSA_ERROR_SHAPE_MISMATCH, "k: expected Tk in 1..2^30, got %lld", (long long)in->k.shape[1]);
@@ -109,22 +96,22 @@ clnsa_status bs_validate(clnsa_context *ctx, const clnsa_blocksparse_config *cfg
     pb->G = pb->HQ / pb->H;
     CHECK(tensor_check(ctx, &in->v, &(tensor_spec){"v", pb->dtype, 4, {pb->B, pb->Tk, pb->H, -1}, false}));
     pb->DV = (int)in->v.shape[3];
-    CHECK(check_head_dim(ctx, "v (DV)", pb->DV));
+    CHECK(head_dim_check(ctx, "v (DV)", pb->DV));
     if (pb->cfg.scale == 0.0f) pb->cfg.scale = 1.0f / sqrtf((float)pb->D);
 
     const int B = pb->B;
-    CHECK(check_opt(ctx, &in->q_positions, (tensor_spec){"q_positions", CLNSA_DTYPE_I32, 2, {B, pb->Tq}, false}));
-    CHECK(check_opt(ctx, &in->kv_positions, (tensor_spec){"kv_positions", CLNSA_DTYPE_I32, 2, {B, pb->Tk}, false}));
+    CHECK(tensor_check_opt(ctx, &in->q_positions, (tensor_spec){"q_positions", CLNSA_DTYPE_I32, 2, {B, pb->Tq}, false}));
+    CHECK(tensor_check_opt(ctx, &in->kv_positions, (tensor_spec){"kv_positions", CLNSA_DTYPE_I32, 2, {B, pb->Tk}, false}));
     pb->has_pos_q = tensor_present(&in->q_positions);
     pb->has_pos_k = tensor_present(&in->kv_positions);
     if (tensor_present(&in->q_segment_ids) != tensor_present(&in->kv_segment_ids))
         return cx_fail(ctx, CLNSA_ERROR_NULL_ARGUMENT, "%s: expected a buffer when %s is given (both or neither), got NULL",
                        tensor_present(&in->q_segment_ids) ? "kv_segment_ids" : "q_segment_ids",
                        tensor_present(&in->q_segment_ids) ? "q_segment_ids" : "kv_segment_ids");
-    CHECK(check_opt(ctx, &in->q_segment_ids, (tensor_spec){"q_segment_ids", CLNSA_DTYPE_I32, 2, {B, pb->Tq}, false}));
-    CHECK(check_opt(ctx, &in->kv_segment_ids, (tensor_spec){"kv_segment_ids", CLNSA_DTYPE_I32, 2, {B, pb->Tk}, false}));
+    CHECK(tensor_check_opt(ctx, &in->q_segment_ids, (tensor_spec){"q_segment_ids", CLNSA_DTYPE_I32, 2, {B, pb->Tq}, false}));
+    CHECK(tensor_check_opt(ctx, &in->kv_segment_ids, (tensor_spec){"kv_segment_ids", CLNSA_DTYPE_I32, 2, {B, pb->Tk}, false}));
     pb->has_seg = tensor_present(&in->q_segment_ids);
-    CHECK(check_opt(ctx, &in->sinks, (tensor_spec){"sinks", CLNSA_DTYPE_F32, 1, {pb->HQ}, false}));
+    CHECK(tensor_check_opt(ctx, &in->sinks, (tensor_spec){"sinks", CLNSA_DTYPE_F32, 1, {pb->HQ}, false}));
     pb->has_sinks = tensor_present(&in->sinks);
     pb->NQB = (int)((pb->Tq + (int64_t)cfg->q_block - 1) / cfg->q_block);
     pb->NKB = (int)((pb->Tk + (int64_t)cfg->kv_block - 1) / cfg->kv_block);
@@ -132,8 +119,7 @@ clnsa_status bs_validate(clnsa_context *ctx, const clnsa_blocksparse_config *cfg
     if (tensor_present(&in->block_mask)) CHECK(check_mask(ctx, &in->block_mask, pb));
     const clnsa_tensor *all[] = {&in->q, &in->k, &in->v, &in->q_positions, &in->kv_positions, &in->q_segment_ids,
                                  &in->kv_segment_ids, &in->sinks, &in->block_mask};
-    for (size_t i = 0; i < sizeof all / sizeof all[0]; ++i)
-        if (tensor_present(all[i]) && tensor_extent(all[i]) > 0x7fffffffull) pb->idx_long = true;
+    pb->idx_long = pb->idx_long || tensors_need_long_index(all, sizeof all / sizeof all[0]);
     return CLNSA_SUCCESS;
 }
 

@@ -26,11 +26,6 @@ typedef struct {
     bool want_dq, want_dkdv, want_dsinks;
 } bwd_setup;
 
-static clnsa_status check_opt(clnsa_context *ctx, const clnsa_tensor *t, tensor_spec s)
-{
-    return tensor_present(t) ? tensor_check(ctx, t, &s) : CLNSA_SUCCESS;
-}
-
 static clnsa_status setup(clnsa_context *ctx, const clnsa_blocksparse_config *cfg, const clnsa_blocksparse_inputs *in,
                           const clnsa_blocksparse_grad_inputs *gin, const clnsa_blocksparse_grads *gr, bwd_setup *s)
 {
@@ -52,10 +47,10 @@ static clnsa_status setup(clnsa_context *ctx, const clnsa_blocksparse_config *cf
     const clnsa_tensor *req[] = {&gin->o, &gin->lse, &gin->dout};
     for (int i = 0; i < 3; ++i)
         if ((st = tensor_check(ctx, req[i], &specs[i])) != CLNSA_SUCCESS) return st;
-    if ((st = check_opt(ctx, &gr->dq, (tensor_spec){"grads.dq", pb->dtype, 4, {B, Tq, HQ, pb->D}, true})) ||
-        (st = check_opt(ctx, &gr->dk, (tensor_spec){"grads.dk", pb->dtype, 4, {B, pb->Tk, pb->H, pb->D}, true})) ||
-        (st = check_opt(ctx, &gr->dv, (tensor_spec){"grads.dv", pb->dtype, 4, {B, pb->Tk, pb->H, pb->DV}, true})) ||
-        (st = check_opt(ctx, &gr->dsinks, (tensor_spec){"grads.dsinks", CLNSA_DTYPE_F32, 1, {HQ}, true})))
+    if ((st = tensor_check_opt(ctx, &gr->dq, (tensor_spec){"grads.dq", pb->dtype, 4, {B, Tq, HQ, pb->D}, true})) ||
+        (st = tensor_check_opt(ctx, &gr->dk, (tensor_spec){"grads.dk", pb->dtype, 4, {B, pb->Tk, pb->H, pb->D}, true})) ||
+        (st = tensor_check_opt(ctx, &gr->dv, (tensor_spec){"grads.dv", pb->dtype, 4, {B, pb->Tk, pb->H, pb->DV}, true})) ||
+        (st = tensor_check_opt(ctx, &gr->dsinks, (tensor_spec){"grads.dsinks", CLNSA_DTYPE_F32, 1, {HQ}, true})))
         return st;
     if (tensor_present(&gr->dsinks) && !pb->has_sinks)
         return cx_fail(ctx, CLNSA_ERROR_INVALID_ARGUMENT, "grads.dsinks: expected absent without in.sinks, got a buffer");
@@ -63,8 +58,7 @@ static clnsa_status setup(clnsa_context *ctx, const clnsa_blocksparse_config *cf
     s->want_dkdv = tensor_present(&gr->dk) || tensor_present(&gr->dv);
     s->want_dsinks = tensor_present(&gr->dsinks);
     const clnsa_tensor *all[] = {&gin->o, &gin->lse, &gin->dout, &gr->dq, &gr->dk, &gr->dv, &gr->dsinks};
-    for (size_t i = 0; i < sizeof all / sizeof all[0]; ++i)
-        if (tensor_present(all[i]) && tensor_extent(all[i]) > 0x7fffffffull) pb->idx_long = true;
+    pb->idx_long = pb->idx_long || tensors_need_long_index(all, sizeof all / sizeof all[0]);
     tune_problem tp_pb = bs_tune_problem(pb);
     if (tune_blocksparse(ctx, TF_BS_BWD, &tp_pb, &s->tp) != CLNSA_SUCCESS)
         return cx_fail(ctx, CLNSA_ERROR_UNSUPPORTED_DEVICE,

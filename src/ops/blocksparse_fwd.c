@@ -51,8 +51,8 @@ static clnsa_status setup(clnsa_context *ctx, const clnsa_blocksparse_config *cf
     if (st == CLNSA_SUCCESS && tensor_present(&out->lse))
         st = tensor_check(ctx, &out->lse, &(tensor_spec){"lse", CLNSA_DTYPE_F32, 3, {pb->B, pb->Tq, pb->HQ}, true});
     if (st != CLNSA_SUCCESS) return st;
-    if (tensor_extent(&out->o) > 0x7fffffffull || (tensor_present(&out->lse) && tensor_extent(&out->lse) > 0x7fffffffull))
-        pb->idx_long = true;
+    const clnsa_tensor *outs[] = {&out->o, &out->lse};
+    pb->idx_long = pb->idx_long || tensors_need_long_index(outs, 2);
     s->out_vec = tensor_rows_aligned(&out->o);
     if (choose_tiles(ctx, in, s) != CLNSA_SUCCESS)
         return cx_fail(ctx, CLNSA_ERROR_UNSUPPORTED_DEVICE,

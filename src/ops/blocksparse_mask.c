@@ -60,13 +60,6 @@ static void ka_mask_view(kargs *a, const clnsa_tensor *m, const mask_view *v)
     ka_tensor(a, &t);
 }
 
-static bool long_index(const clnsa_tensor *const *ts, int n)
-{
-    for (int i = 0; i < n; ++i)
-        if (ts[i] && tensor_present(ts[i]) && tensor_extent(ts[i]) > 0x7fffffffull) return true;
-    return false;
-}
-
 static clnsa_status run_plan(clnsa_context *ctx, cl_command_queue queue, bs_plan *plan, clnsa_status st, cl_uint nwait,
                              const cl_event *wait, cl_event *event)
 {
@@ -86,7 +79,7 @@ static bool mask_empty(const mask_view *v) { return v->nb == 0 || v->nh == 0 || 
 static clnsa_status plan_mask_kernel(clnsa_context *ctx, const clnsa_tensor *const *all, const char *kernel, bs_plan *plan,
                                      kargs *a)
 {
-    const bool il = long_index(all, 3);
+    const bool il = tensors_need_long_index(all, 3);
     char defines[256];
     bs_mask_defines(ctx, il, defines, sizeof defines);
     return bs_plan_kernel(ctx, plan, bs_mask_files, defines, kernel, il, a);

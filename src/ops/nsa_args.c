@@ -42,12 +42,6 @@ static tensor_spec spec(const char *name, clnsa_dtype dt, int rank, int64_t a, i
     return s;
 }
 
-/* An optional tensor: absent is fine, present must match. */
-static clnsa_status check_opt(clnsa_context *ctx, const clnsa_tensor *t, tensor_spec s)
-{
-    return tensor_present(t) ? tensor_check(ctx, t, &s) : CLNSA_SUCCESS;
-}
-
 static clnsa_status check_linear(clnsa_context *ctx, const clnsa_nsa_inputs *in, const nsa_problem *pb)
 {
     const int l = pb->cfg.cmp_block;
@@ -57,18 +51,10 @@ static clnsa_status check_linear(clnsa_context *ctx, const clnsa_nsa_inputs *in,
         return cx_fail(ctx, CLNSA_ERROR_NULL_ARGUMENT, "w_v: expected a buffer when w_k is given (linear compression), got NULL");
     CHECK(tensor_check(ctx, &in->w_k, &(tensor_spec){"w_k", pb->dtype, 2, {(int64_t)l * pb->DK, pb->DK}, false}));
     CHECK(tensor_check(ctx, &in->w_v, &(tensor_spec){"w_v", pb->dtype, 2, {(int64_t)l * pb->DV, pb->DV}, false}));
-    CHECK(check_opt(ctx, &in->b_k, (tensor_spec){"b_k", pb->dtype, 1, {pb->DK}, false}));
-    CHECK(check_opt(ctx, &in->b_v, (tensor_spec){"b_v", pb->dtype, 1, {pb->DV}, false}));
-    CHECK(check_opt(ctx, &in->pe_k, (tensor_spec){"pe_k", pb->dtype, 2, {l, pb->DK}, false}));
-    CHECK(check_opt(ctx, &in->pe_v, (tensor_spec){"pe_v", pb->dtype, 2, {l, pb->DV}, false}));
-    return CLNSA_SUCCESS;
-}
-
-static clnsa_status check_head_dims(clnsa_context *ctx, const char *name, int64_t d)
-{
-    if (d < 8 || d > 256 || d % 8)
-        return cx_fail(ctx, CLNSA_ERROR_SHAPE_MISMATCH, "%s: expected a head dim that is a multiple of 8 in 8..256, got %lld",
-                       name, (long long)d);
+    CHECK(tensor_check_opt(ctx, &in->b_k, (tensor_spec){"b_k", pb->dtype, 1, {pb->DK}, false}));
+    CHECK(tensor_check_opt(ctx, &in->b_v, (tensor_spec){"b_v", pb->dtype, 1, {pb->DV}, false}));
+    CHECK(tensor_check_opt(ctx, &in->pe_k, (tensor_spec){"pe_k", pb->dtype, 2, {l, pb->DK}, false}));
+    CHECK(tensor_check_opt(ctx, &in->pe_v, (tensor_spec){"pe_v", pb->dtype, 2, {l, pb->DV}, false}));
     return CLNSA_SUCCESS;
 }
 
@@ -84,7 +70,7 @@ static clnsa_status check_qkv(clnsa_context *ctx, const clnsa_nsa_inputs *in, ns
         in->q.shape[0] > 65535 || in->q.shape[2] > 65535)
         return cx_fail(ctx, CLNSA_ERROR_SHAPE_MISMATCH, "q: expected B, T, HQ >= 1 (B, HQ <= 65535, T <= 2^30), got [%lld, %lld, %lld, %lld]",
                        (long long)in->q.shape[0], (long long)in->q.shape[1], (long long)in->q.shape[2], (long long)in->q.shape[3]);
-    CHECK(check_head_dims(ctx, "q (DK)", in->q.shape[3]));
+    CHECK(head_dim_check(ctx, "q (DK)", in->q.shape[3]));
     CHECK(tensor_check(ctx, &in->k, &(tensor_spec){"k", pb->dtype, 4, {pb->B, pb->T, -1, pb->DK}, false}));
     if (in->k.shape[2] < 1 || pb->HQ % in->k.shape[2])
         return cx_fail(ctx, CLNSA_ERROR_SHAPE_MISMATCH, "k: expected a KV head count H >= 1 dividing HQ = %d, got H = %lld", pb->HQ,
@@ -92,7 +78,7 @@ static clnsa_status check_qkv(clnsa_context *ctx, const clnsa_nsa_inputs *in, ns
     pb->H = (int)in->k.shape[2];
     pb->G = pb->HQ / pb->H;
     CHECK(tensor_check(ctx, &in->v, &(tensor_spec){"v", pb->dtype, 4, {pb->B, pb->T, pb->H, -1}, false}));
-    CHECK(check_head_dims(ctx, "v (DV)", in->v.shape[3]));
+    CHECK(head_dim_check(ctx, "v (DV)", in->v.shape[3]));
     pb->DV = (int)in->v.shape[3];
     return CLNSA_SUCCESS;
 }
@@ -100,9 +86,9 @@ static clnsa_status check_qkv(clnsa_context *ctx, const clnsa_nsa_inputs *in, ns
 static clnsa_status check_inputs(clnsa_context *ctx, const clnsa_nsa_inputs *in, nsa_problem *pb)
 {
     const int B = pb->B, T = pb->T, HQ = pb->HQ, H = pb->H;
-    CHECK(check_opt(ctx, &in->g_cmp, spec("g_cmp", pb->dtype, 3, B, T, HQ, 0, false)));
-    CHECK(check_opt(ctx, &in->g_slc, spec("g_slc", pb->dtype, 3, B, T, HQ, 0, false)));
-    CHECK(check_opt(ctx, &in->g_swa, spec("g_swa", pb->dtype, 3, B, T, HQ, 0, false)));
+    CHECK(tensor_check_opt(ctx, &in->g_cmp, spec("g_cmp", pb->dtype, 3, B, T, HQ, 0, false)));
+    CHECK(tensor_check_opt(ctx, &in->g_slc, spec("g_slc", pb->dtype, 3, B, T, HQ, 0, false)));
+    CHECK(tensor_check_opt(ctx, &in->g_swa, spec("g_swa", pb->dtype, 3, B, T, HQ, 0, false)));
     pb->has_cmp = tensor_present(&in->g_cmp);
     pb->has_slc = tensor_present(&in->g_slc);
     pb->has_swa = tensor_present(&in->g_swa);
@@ -135,8 +121,8 @@ static clnsa_status check_inputs(clnsa_context *ctx, const clnsa_nsa_inputs *in,
              tensor_present(&in->b_v) || tensor_present(&in->pe_v))
         return cx_fail(ctx, CLNSA_ERROR_NULL_ARGUMENT, "w_k: expected a buffer when other linear-compression weights are given, got NULL");
 
-    CHECK(check_opt(ctx, &in->block_indices, spec("block_indices", CLNSA_DTYPE_I32, 4, B, T, H, pb->S, false)));
-    CHECK(check_opt(ctx, &in->block_counts, spec("block_counts", CLNSA_DTYPE_I32, 3, B, T, H, 0, false)));
+    CHECK(tensor_check_opt(ctx, &in->block_indices, spec("block_indices", CLNSA_DTYPE_I32, 4, B, T, H, pb->S, false)));
+    CHECK(tensor_check_opt(ctx, &in->block_counts, spec("block_counts", CLNSA_DTYPE_I32, 3, B, T, H, 0, false)));
     pb->run_topk = pb->has_slc && !tensor_present(&in->block_indices);
     pb->need_cmp = pb->has_cmp || pb->run_topk;
     return CLNSA_SUCCESS;
@@ -154,7 +140,7 @@ static clnsa_status check_branch_outputs(clnsa_context *ctx, const clnsa_nsa_out
     };
     int given = 0, on = 0, missing = -1, present = -1;
     for (int i = 0; i < 3; ++i) {
-        CHECK(check_opt(ctx, ob[i].t, (tensor_spec){ob[i].name, pb->dtype, 4, {pb->B, pb->T, pb->HQ, pb->DV}, !saved}));
+        CHECK(tensor_check_opt(ctx, ob[i].t, (tensor_spec){ob[i].name, pb->dtype, 4, {pb->B, pb->T, pb->HQ, pb->DV}, !saved}));
         if (!ob[i].on) continue;
         ++on;
         if (tensor_present(ob[i].t)) {
@@ -188,7 +174,7 @@ static clnsa_status check_outputs(clnsa_context *ctx, const clnsa_nsa_outputs *o
     };
     for (int i = 0; i < 3; ++i) {
         tensor_spec sp = spec(lse[i].name, CLNSA_DTYPE_F32, 3, B, T, HQ, 0, w);
-        CHECK(saved && lse[i].on ? tensor_check(ctx, lse[i].t, &sp) : check_opt(ctx, lse[i].t, sp));
+        CHECK(saved && lse[i].on ? tensor_check(ctx, lse[i].t, &sp) : tensor_check_opt(ctx, lse[i].t, sp));
     }
     CHECK(check_branch_outputs(ctx, out, pb, saved));
     if (pb->run_topk)
@@ -196,13 +182,6 @@ static clnsa_status check_outputs(clnsa_context *ctx, const clnsa_nsa_outputs *o
                            &(tensor_spec){saved ? "saved.block_indices" : "out.block_indices", CLNSA_DTYPE_I32, 4,
                                           {B, T, pb->H, pb->S}, w}));
     return CLNSA_SUCCESS;
-}
-
-static bool needs_long_index(const clnsa_tensor *const *ts, size_t n)
-{
-    for (size_t i = 0; i < n; ++i)
-        if (tensor_present(ts[i]) && tensor_extent(ts[i]) > 0x7fffffffull) return true;
-    return false;
 }
 
 /* The warp path of a validated call: the inputs it reads whole must have
@@ -236,7 +215,7 @@ clnsa_status nsa_validate(clnsa_context *ctx, const clnsa_nsa_config *cfg, const
                                  &in->v_cmp, &in->block_indices, &in->block_counts, &out->o, &out->lse_cmp,
                                  &out->lse_slc, &out->lse_swa, &out->block_indices, &out->o_cmp, &out->o_slc,
                                  &out->o_swa};
-    pb->idx_long = needs_long_index(all, sizeof all / sizeof all[0]) ||
+    pb->idx_long = tensors_need_long_index(all, sizeof all / sizeof all[0]) ||
                    (uint64_t)pb->nc_rows * pb->B * pb->H * (pb->DK > pb->DV ? pb->DK : pb->DV) * pb->cfg.cmp_block > 0x7fffffffull;
     pb->warp = choose_warp(ctx, pb, in);
     /* Mesa 22.3's llvmpipe computes wrong (infinite) dk / dv in the emulated

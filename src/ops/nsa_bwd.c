@@ -83,14 +83,9 @@ static tensor_spec spec4(const char *name, clnsa_dtype dt, int64_t a, int64_t b,
     return s;
 }
 
-static clnsa_status check_opt(clnsa_context *ctx, const clnsa_tensor *t, tensor_spec s)
-{
-    return tensor_present(t) ? tensor_check(ctx, t, &s) : CLNSA_SUCCESS;
-}
-
 static clnsa_status check_req(clnsa_context *ctx, const clnsa_tensor *t, tensor_spec s, bool required)
 {
-    return required ? tensor_check(ctx, t, &s) : check_opt(ctx, t, s);
+    return required ? tensor_check(ctx, t, &s) : tensor_check_opt(ctx, t, s);
 }
 
 static clnsa_status validate_bwd(clnsa_context *ctx, const clnsa_nsa_config *cfg, const clnsa_nsa_inputs *in,
@@ -106,9 +101,9 @@ static clnsa_status validate_bwd(clnsa_context *ctx, const clnsa_nsa_config *cfg
     CHECK(tensor_check(ctx, &gr->dq, &(tensor_spec){"grads.dq", dt, 4, {B, T, HQ, DK}, true}));
     CHECK(tensor_check(ctx, &gr->dk, &(tensor_spec){"grads.dk", dt, 4, {B, T, H, DK}, true}));
     CHECK(tensor_check(ctx, &gr->dv, &(tensor_spec){"grads.dv", dt, 4, {B, T, H, DV}, true}));
-    CHECK(check_opt(ctx, &gr->dg_cmp, spec4("grads.dg_cmp", dt, B, T, HQ, -1, true)));
-    CHECK(check_opt(ctx, &gr->dg_slc, spec4("grads.dg_slc", dt, B, T, HQ, -1, true)));
-    CHECK(check_opt(ctx, &gr->dg_swa, spec4("grads.dg_swa", dt, B, T, HQ, -1, true)));
+    CHECK(tensor_check_opt(ctx, &gr->dg_cmp, spec4("grads.dg_cmp", dt, B, T, HQ, -1, true)));
+    CHECK(tensor_check_opt(ctx, &gr->dg_slc, spec4("grads.dg_slc", dt, B, T, HQ, -1, true)));
+    CHECK(tensor_check_opt(ctx, &gr->dg_swa, spec4("grads.dg_swa", dt, B, T, HQ, -1, true)));
     const int64_t nc = pb->nc_rows;
     CHECK(check_req(ctx, &gr->dk_cmp, spec4("grads.dk_cmp", dt, B, nc, H, DK, true), pb->cmp_given));
     CHECK(check_req(ctx, &gr->dv_cmp, spec4("grads.dv_cmp", dt, B, nc, H, DV, true), pb->cmp_given));
@@ -120,8 +115,7 @@ static clnsa_status validate_bwd(clnsa_context *ctx, const clnsa_nsa_config *cfg
     CHECK(check_req(ctx, &gr->dpe_k, (tensor_spec){"grads.dpe_k", dt, 2, {l, DK}, true}, lin && tensor_present(&in->pe_k)));
     CHECK(check_req(ctx, &gr->dpe_v, (tensor_spec){"grads.dpe_v", dt, 2, {l, DV}, true}, lin && tensor_present(&in->pe_v)));
     const clnsa_tensor *more[] = {dout, &gr->dq, &gr->dk, &gr->dv, &gr->dk_cmp, &gr->dv_cmp};
-    for (size_t i = 0; i < sizeof more / sizeof more[0]; ++i)
-        if (tensor_present(more[i]) && tensor_extent(more[i]) > 0x7fffffffull) pb->idx_long = true;
+    pb->idx_long = pb->idx_long || tensors_need_long_index(more, sizeof more / sizeof more[0]);
     if ((uint64_t)B * H * (uint64_t)T * pb->S > 0x7fffffffull) pb->idx_long = true;
     /* the selection's inverse holds token * S + slot in an int, and splits
      * it with 24-bit products (common.h's rem_of) */

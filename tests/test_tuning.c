@@ -11,6 +11,7 @@
 
 #include "tuning/tuning.h"
 
+#include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -691,6 +692,25 @@ static void blocksparse_run(clnsa_context *ctx, double *out[5], size_t n[5])
     free(hd);
 }
 
+/* The tuner's build-only mode (its background builds, beside the thread
+ * that times) makes an op build its programs and enqueue nothing. The
+ * block-sparse ops ran their kernels under it until 2026-12-07, competing
+ * with the timed runs: here their outputs must stay poisoned. */
+static void test_build_only_enqueues_nothing(void **state)
+{
+    (void)state;
+    tune_hook h = {.ctx = env.ctx, .family = -1, .build_only = true};
+    double *out[5];
+    size_t n[5];
+    tune_hook_set(&h);
+    blocksparse_run(env.ctx, out, n);
+    tune_hook_set(NULL);
+    for (int i = 0; i < 5; ++i) {
+        for (size_t j = 0; j < n[i]; ++j) assert_true(isnan(out[i][j]));
+        free(out[i]);
+    }
+}
+
 /* The block-sparse families: a user file's tiles are taken and built,
  * CLNSA_TUNE_WG replaces only their work-group size (the tiles, and so the
  * summation order, stay), and `clnsa tune --family blocksparse` on a tiny
@@ -800,6 +820,7 @@ int main(void)
         cmocka_unit_test(test_tune_run),
         cmocka_unit_test(test_tune_split),
         cmocka_unit_test(test_blocksparse_families),
+        cmocka_unit_test(test_build_only_enqueues_nothing),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -65,8 +65,6 @@ clnsa_status bs_plan_kernel(clnsa_context *ctx, bs_plan *plan, const char *const
                             const char *name, bool idx_long, kargs *a);
 /* Sets the last launch's NDRange (global already rounded to local). */
 void bs_plan_range(bs_plan *plan, size_t g0, size_t g1, size_t g2, size_t l0);
-clnsa_status bs_plan_enqueue(clnsa_context *ctx, bs_plan *plan, cmd_chain *chain);
-void bs_plan_release(bs_plan *plan);
 
 /* The int32 [.., N] kernel argument pair (buffer, element offset). */
 void ka_ws_int(kargs *a, cl_mem ws, size_t byte_off);

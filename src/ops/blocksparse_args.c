@@ -258,13 +258,6 @@ void bs_plan_range(bs_plan *plan, size_t g0, size_t g1, size_t g2, size_t l0)
     l->local[2] = 1;
 }
 
-clnsa_status bs_plan_enqueue(clnsa_context *ctx, bs_plan *plan, cmd_chain *chain)
-{
-    return plan_enqueue(ctx, plan, chain);
-}
-
-void bs_plan_release(bs_plan *plan) { plan_release(plan); }
-
 void ka_ws_int(kargs *a, cl_mem ws, size_t byte_off)
 {
     ka_mem(a, ws);

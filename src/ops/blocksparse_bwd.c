@@ -233,11 +233,5 @@ clnsa_status clnsa_blocksparse_backward(clnsa_context *ctx, cl_command_queue que
     if (st != CLNSA_SUCCESS) return st;
     bs_plan plan = {0};
     st = prepare(ctx, &s, in, gin, grads, workspace, &plan);
-    cmd_chain chain;
-    chain_init(&chain, queue, nwait, wait);
-    if (st == CLNSA_SUCCESS) st = bs_plan_enqueue(ctx, &plan, &chain);
-    if (st == CLNSA_SUCCESS) st = chain_finish(ctx, &chain, event);
-    else chain_finish(ctx, &chain, NULL);
-    bs_plan_release(&plan);
-    return st;
+    return plan_run(ctx, &plan, st, queue, nwait, wait, event);
 }

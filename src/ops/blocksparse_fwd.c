@@ -146,11 +146,5 @@ clnsa_status clnsa_blocksparse_forward(clnsa_context *ctx, cl_command_queue queu
     bs_plan plan = {0};
     st = bs_layout_prepare(ctx, &s.pb, in, &s.lay, workspace, &plan);
     if (st == CLNSA_SUCCESS) st = prepare_attn(ctx, &s, in, out, workspace, &plan);
-    cmd_chain chain;
-    chain_init(&chain, queue, nwait, wait);
-    if (st == CLNSA_SUCCESS) st = bs_plan_enqueue(ctx, &plan, &chain);
-    if (st == CLNSA_SUCCESS) st = chain_finish(ctx, &chain, event);
-    else chain_finish(ctx, &chain, NULL);
-    bs_plan_release(&plan);
-    return st;
+    return plan_run(ctx, &plan, st, queue, nwait, wait, event);
 }

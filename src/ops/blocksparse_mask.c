@@ -60,18 +60,6 @@ static void ka_mask_view(kargs *a, const clnsa_tensor *m, const mask_view *v)
     ka_tensor(a, &t);
 }
 
-static clnsa_status run_plan(clnsa_context *ctx, cl_command_queue queue, bs_plan *plan, clnsa_status st, cl_uint nwait,
-                             const cl_event *wait, cl_event *event)
-{
-    cmd_chain chain;
-    chain_init(&chain, queue, nwait, wait);
-    if (st == CLNSA_SUCCESS) st = bs_plan_enqueue(ctx, plan, &chain);
-    if (st == CLNSA_SUCCESS) st = chain_finish(ctx, &chain, event);
-    else chain_finish(ctx, &chain, NULL);
-    bs_plan_release(plan);
-    return st;
-}
-
 static bool mask_empty(const mask_view *v) { return v->nb == 0 || v->nh == 0 || v->nqb == 0 || v->nkb == 0; }
 
 /* Plans `kernel` over the tensors `all` (three; the program's index width
@@ -143,7 +131,7 @@ clnsa_status clnsa_block_mask_build(clnsa_context *ctx, cl_command_queue queue, 
                            (long long)sq->shape[0], (long long)v.nb);
     }
     /* An empty mask: nothing to write (the kernel divides by the head extent) */
-    if (mask_empty(&v)) return run_plan(ctx, queue, &(bs_plan){0}, CLNSA_SUCCESS, nwait, wait, event);
+    if (mask_empty(&v)) return plan_run(ctx, &(bs_plan){0}, CLNSA_SUCCESS, queue, nwait, wait, event);
     const clnsa_tensor *all[] = {mask, sq, sk};
     bs_plan plan = {0};
     kargs a;
@@ -167,7 +155,7 @@ clnsa_status clnsa_block_mask_build(clnsa_context *ctx, cl_command_queue queue, 
         ka_tensor(&a, sk);
         st = finish_mask_kernel(ctx, &plan, &a, "bs_mask_build arguments", &v);
     }
-    return run_plan(ctx, queue, &plan, st, nwait, wait, event);
+    return plan_run(ctx, &plan, st, queue, nwait, wait, event);
 }
 
 clnsa_status clnsa_block_mask_combine(clnsa_context *ctx, cl_command_queue queue, clnsa_mask_op op,
@@ -192,7 +180,7 @@ clnsa_status clnsa_block_mask_combine(clnsa_context *ctx, cl_command_queue queue
                            (long long)v->nb, (long long)v->nh, (long long)v->nqb, (long long)v->nkb);
     }
     /* An empty output: nothing to write (the kernel divides by the head extent) */
-    if (mask_empty(&vo)) return run_plan(ctx, queue, &(bs_plan){0}, CLNSA_SUCCESS, nwait, wait, event);
+    if (mask_empty(&vo)) return plan_run(ctx, &(bs_plan){0}, CLNSA_SUCCESS, queue, nwait, wait, event);
     const clnsa_tensor *all[] = {a, b, out};
     bs_plan plan = {0};
     kargs k;
@@ -207,7 +195,7 @@ clnsa_status clnsa_block_mask_combine(clnsa_context *ctx, cl_command_queue queue
         ka_int(&k, (int)vo.nh);
         st = finish_mask_kernel(ctx, &plan, &k, "bs_mask_combine arguments", &vo);
     }
-    return run_plan(ctx, queue, &plan, st, nwait, wait, event);
+    return plan_run(ctx, &plan, st, queue, nwait, wait, event);
 }
 
 static void CL_CALLBACK free_staging(cl_event ev, cl_int status, void *data)
@@ -235,7 +223,7 @@ clnsa_status clnsa_block_mask_from_host(clnsa_context *ctx, cl_command_queue que
             return cx_fail(ctx, CLNSA_ERROR_INVALID_ARGUMENT, "mask: expected at most 2^63 entries, got shape extent %lld in dim %d",
                            (long long)mask->shape[i], i);
     }
-    if (n == 0) return run_plan(ctx, queue, &(bs_plan){0}, CLNSA_SUCCESS, nwait, wait, event);
+    if (n == 0) return plan_run(ctx, &(bs_plan){0}, CLNSA_SUCCESS, queue, nwait, wait, event);
     cl_int *staging = malloc((size_t)n * sizeof *staging);
     if (!staging) return cx_fail(ctx, CLNSA_ERROR_OUT_OF_HOST_MEMORY, "out of host memory (%lld mask entries)", (long long)n);
     for (int64_t i = 0; i < n; ++i) staging[i] = host[i] != 0;

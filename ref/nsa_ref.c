@@ -13,7 +13,7 @@
 /* small utilities                                                          */
 /* ------------------------------------------------------------------------ */
 
-static void *xcalloc(size_t n, size_t size)
+void *ref_xcalloc(size_t n, size_t size)
 {
     void *p = calloc(n ? n : 1, size ? size : 1);
     if (!p) {
@@ -316,13 +316,13 @@ static void branch_run(const ref_nsa_shape *sh, const branch *br,
     const int TK = br->kind == BR_CMP ? ref_total_cmp(sh) : T;
     const int maxn = (TK > T ? TK : T) + 1;
 
-    int *keys = xcalloc((size_t)maxn, sizeof *keys);
-    unsigned char *mask = xcalloc((size_t)maxn, 1);
-    const double **kr = xcalloc((size_t)maxn, sizeof *kr);
-    const double **vr = xcalloc((size_t)maxn, sizeof *vr);
-    double **dkr = xcalloc((size_t)maxn, sizeof *dkr);
-    double **dvr = xcalloc((size_t)maxn, sizeof *dvr);
-    double *scratch = xcalloc(2 * (size_t)maxn, sizeof *scratch);
+    int *keys = ref_xcalloc((size_t)maxn, sizeof *keys);
+    unsigned char *mask = ref_xcalloc((size_t)maxn, 1);
+    const double **kr = ref_xcalloc((size_t)maxn, sizeof *kr);
+    const double **vr = ref_xcalloc((size_t)maxn, sizeof *vr);
+    double **dkr = ref_xcalloc((size_t)maxn, sizeof *dkr);
+    double **dvr = ref_xcalloc((size_t)maxn, sizeof *dvr);
+    double *scratch = ref_xcalloc(2 * (size_t)maxn, sizeof *scratch);
 
     for (int s = 0; s < ref_num_seqs(sh); s++) {
         ref_seq sq = ref_get_seq(sh, s);
@@ -450,8 +450,8 @@ int ref_block_importance(const ref_nsa_shape *sh, const double *q, const double 
     const int token = sq.start + t, nv = cmp_visible(sh, t), tb = t / bs;
     /* P[i]: compressed-attention probabilities summed over the group's G
      * query heads. */
-    double *P = xcalloc((size_t)nv + 1, sizeof *P);
-    double *z = xcalloc((size_t)nv + 1, sizeof *z);
+    double *P = ref_xcalloc((size_t)nv + 1, sizeof *P);
+    double *z = ref_xcalloc((size_t)nv + 1, sizeof *z);
     for (int g = 0; g < G; g++) {
         const double *qr = q + at4(sq.b, token, h * G + g, 0, T, HQ, DK);
         double m = -INFINITY, sum = 0.0;
@@ -484,8 +484,8 @@ void ref_topk(const ref_nsa_shape *sh, const double *q, const double *k_cmp,
               const int *block_counts, int *block_indices)
 {
     const int T = sh->T, H = sh->H, S = sh->block_count;
-    double *imp = xcalloc((size_t)T + 1, sizeof *imp);
-    candidate *cand = xcalloc((size_t)T + 1, sizeof *cand);
+    double *imp = ref_xcalloc((size_t)T + 1, sizeof *imp);
+    candidate *cand = ref_xcalloc((size_t)T + 1, sizeof *cand);
 
     for (int s = 0; s < ref_num_seqs(sh); s++) {
         ref_seq sq = ref_get_seq(sh, s);

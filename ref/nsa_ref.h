@@ -124,6 +124,7 @@
 #ifndef CLNSA_NSA_REF_H
 #define CLNSA_NSA_REF_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #ifdef __cplusplus
@@ -250,6 +251,10 @@ void ref_nsa_fwd(const ref_nsa_shape *sh, const ref_nsa_inputs *in,
                  const ref_nsa_outputs *out);
 void ref_nsa_bwd(const ref_nsa_shape *sh, const ref_nsa_inputs *in,
                  const double *do_, const ref_nsa_grads *grads);
+
+/* calloc for the reference's temporaries (n or size 0 allocates one byte);
+ * out of memory, it prints a message and aborts (see the header's top). */
+void *ref_xcalloc(size_t n, size_t size);
 
 #ifdef __cplusplus
 }

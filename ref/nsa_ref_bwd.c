@@ -7,18 +7,7 @@
  */
 #include "nsa_ref.h"
 
-#include <stdio.h>
 #include <stdlib.h>
-
-static void *xcalloc(size_t n, size_t size)
-{
-    void *p = calloc(n ? n : 1, size ? size : 1);
-    if (!p) {
-        fprintf(stderr, "nsa_ref: out of memory\n");
-        abort();
-    }
-    return p;
-}
 
 /* dob = g * do (g broadcast over D); dg += sum_c do * o (dg may be NULL). */
 static void gate_split(int64_t rows, int D, const double *g, const double *do_,
@@ -45,31 +34,31 @@ void ref_nsa_bwd(const ref_nsa_shape *sh, const ref_nsa_inputs *in,
     const size_t nkc = (size_t)B * NC * H * DK, nvc = (size_t)B * NC * H * DV;
 
     /* recompute the forward: branch outputs and the block indices used */
-    double *o = xcalloc((size_t)rows * DV, sizeof *o);
-    double *o_cmp = xcalloc((size_t)rows * DV, sizeof *o_cmp);
-    double *o_slc = xcalloc((size_t)rows * DV, sizeof *o_slc);
-    double *o_swa = xcalloc((size_t)rows * DV, sizeof *o_swa);
-    int *bi = xcalloc((size_t)B * T * H * S, sizeof *bi);
+    double *o = ref_xcalloc((size_t)rows * DV, sizeof *o);
+    double *o_cmp = ref_xcalloc((size_t)rows * DV, sizeof *o_cmp);
+    double *o_slc = ref_xcalloc((size_t)rows * DV, sizeof *o_slc);
+    double *o_swa = ref_xcalloc((size_t)rows * DV, sizeof *o_swa);
+    int *bi = ref_xcalloc((size_t)B * T * H * S, sizeof *bi);
     ref_nsa_outputs fw = {o, o_cmp, o_slc, o_swa, NULL, NULL, NULL, bi};
     ref_nsa_fwd(sh, in, &fw);
 
-    double *dob = xcalloc((size_t)rows * DV, sizeof *dob);
+    double *dob = ref_xcalloc((size_t)rows * DV, sizeof *dob);
 
     if (in->g_cmp) {
         double *kc_own = NULL, *vc_own = NULL;
         const double *kc = in->k_cmp, *vc = in->v_cmp;
         if (!kc) {
-            kc_own = xcalloc(nkc, sizeof *kc_own);
+            kc_own = ref_xcalloc(nkc, sizeof *kc_own);
             ref_compress_mean(sh, in->k, DK, kc_own);
             kc = kc_own;
         }
         if (!vc) {
-            vc_own = xcalloc(nvc, sizeof *vc_own);
+            vc_own = ref_xcalloc(nvc, sizeof *vc_own);
             ref_compress_mean(sh, in->v, DV, vc_own);
             vc = vc_own;
         }
-        double *dkc = xcalloc(nkc, sizeof *dkc);
-        double *dvc = xcalloc(nvc, sizeof *dvc);
+        double *dkc = ref_xcalloc(nkc, sizeof *dkc);
+        double *dvc = ref_xcalloc(nvc, sizeof *dvc);
 
         gate_split(rows, DV, in->g_cmp, do_, o_cmp, dob, gr->dg_cmp);
         ref_cmp_bwd(sh, in->q, kc, vc, dob, gr->dq, dkc, dvc);

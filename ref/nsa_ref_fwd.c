@@ -4,19 +4,8 @@
  */
 #include "nsa_ref.h"
 
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-static void *xcalloc(size_t n, size_t size)
-{
-    void *p = calloc(n ? n : 1, size ? size : 1);
-    if (!p) {
-        fprintf(stderr, "nsa_ref: out of memory\n");
-        abort();
-    }
-    return p;
-}
 
 /* out[r, c] += g[r] * x[r, c] for r < rows, c < D (g broadcast over D). */
 static void add_gated(int64_t rows, int D, const double *g, const double *x,
@@ -40,12 +29,12 @@ void ref_nsa_fwd(const ref_nsa_shape *sh, const ref_nsa_inputs *in,
     double *kc_own = NULL, *vc_own = NULL;
     const double *kc = in->k_cmp, *vc = in->v_cmp;
     if (!kc) {
-        kc_own = xcalloc((size_t)B * NC * H * DK, sizeof *kc_own);
+        kc_own = ref_xcalloc((size_t)B * NC * H * DK, sizeof *kc_own);
         ref_compress_mean(sh, in->k, DK, kc_own);
         kc = kc_own;
     }
     if (!vc) {
-        vc_own = xcalloc((size_t)B * NC * H * DV, sizeof *vc_own);
+        vc_own = ref_xcalloc((size_t)B * NC * H * DV, sizeof *vc_own);
         ref_compress_mean(sh, in->v, DV, vc_own);
         vc = vc_own;
     }
@@ -54,7 +43,7 @@ void ref_nsa_fwd(const ref_nsa_shape *sh, const ref_nsa_inputs *in,
     int *bi_own = NULL;
     const int *bi = in->block_indices;
     if (!bi) {
-        bi_own = xcalloc((size_t)nbi, sizeof *bi_own);
+        bi_own = ref_xcalloc((size_t)nbi, sizeof *bi_own);
         ref_topk(sh, in->q, kc, in->block_counts, bi_own);
         bi = bi_own;
     }
@@ -63,11 +52,11 @@ void ref_nsa_fwd(const ref_nsa_shape *sh, const ref_nsa_inputs *in,
 
     /* 2, 4, 5. the branches (always computed; the gates decide) */
     double *o_cmp = out->o_cmp ? out->o_cmp
-                               : xcalloc((size_t)rows * DV, sizeof *o_cmp);
+                               : ref_xcalloc((size_t)rows * DV, sizeof *o_cmp);
     double *o_slc = out->o_slc ? out->o_slc
-                               : xcalloc((size_t)rows * DV, sizeof *o_slc);
+                               : ref_xcalloc((size_t)rows * DV, sizeof *o_slc);
     double *o_swa = out->o_swa ? out->o_swa
-                               : xcalloc((size_t)rows * DV, sizeof *o_swa);
+                               : ref_xcalloc((size_t)rows * DV, sizeof *o_swa);
     ref_cmp_fwd(sh, in->q, kc, vc, o_cmp, out->lse_cmp);
     ref_slc_fwd(sh, in->q, in->k, in->v, bi, in->block_counts, o_slc,
                 out->lse_slc);

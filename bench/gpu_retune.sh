@@ -22,6 +22,7 @@ OUT=${OUT:-/tmp/out}
 VENDOR=${VENDOR:-nvidia}
 BUILD=${BUILD:-build-gpu}
 ROUNDS=${ROUNDS:-2}
+TUNE=${TUNE:-} # the tuner's options beyond --family (none: its defaults)
 : "${FAMILIES:?name the families to tune}" "${BENCH:?name the command to time}"
 mkdir -p "$OUT"
 exec > >(tee -a "$OUT/retune_log.txt") 2>&1
@@ -30,9 +31,10 @@ command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=name,driver_version,p
 { [ -d "$BUILD" ] || meson setup "$BUILD" --buildtype=release >/dev/null; } && ninja -C "$BUILD" >/dev/null || exit 1
 db=tuning/$VENDOR.json
 cp "$db" "$OUT/before-$VENDOR.json"
+rm -f "$OUT/tune.json" # a file left from an earlier run must not pass for this one
 echo "== tune $FAMILIES $TUNE"
 # shellcheck disable=SC2086 # TUNE is split into options on purpose
-"$BUILD/clnsa" tune --family "$FAMILIES" ${TUNE:-} --out "$OUT/tune.json" 2>&1 | grep -v '\[#'
+"$BUILD/clnsa" tune --family "$FAMILIES" $TUNE --out "$OUT/tune.json" 2>&1 | grep -v '\[#'
 [ -s "$OUT/tune.json" ] || { echo "the tuner wrote no file"; exit 1; }
 "$BUILD/clnsa" tune --merge "$OUT/tune.json" --into tuning/ || exit 1
 cp "$db" "$OUT/after-$VENDOR.json"
